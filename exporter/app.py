@@ -1,0 +1,175 @@
+"""Wires config -> checks -> scheduler -> HTTP server, and handles signals.
+
+A *generation* is one config with its checks, scheduler and metric registry. SIGHUP builds
+a new generation from the re-read file and swaps it in only if it is valid; the HTTP server
+and the exporter-level metrics (build info, reload outcome, peak windows) live across
+generations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from exporter import __version__, metrics
+from exporter.checks import Check, build_checks, unimplemented_sections
+from exporter.config import Config, ConfigError, load_config
+from exporter.logs import setup_logging
+from exporter.peak import PeakWindowCollector
+from exporter.scheduler import CheckState, Scheduler
+from exporter.server import make_web_app
+
+log = logging.getLogger("exporter")
+
+#: /-/ready turns true after this long even if a check has not finished its first run.
+READY_AFTER = 30.0
+#: SIGTERM to exit, including cancelling in-flight probes and closing the listener.
+SHUTDOWN_BUDGET = 5.0
+
+
+@dataclass
+class Generation:
+    config: Config
+    registry: CollectorRegistry
+    scheduler: Scheduler
+
+
+class _Delegate(Collector):
+    """Renders whichever generation registry is current."""
+
+    def __init__(self, current: Callable[[], CollectorRegistry]) -> None:
+        self._current = current
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._current().collect()
+
+
+def build_generation(config: Config) -> Generation:
+    registry = CollectorRegistry(auto_describe=False)
+    checks = build_checks(config, registry)
+    return Generation(config, registry, Scheduler(checks, registry))
+
+
+class App:
+    def __init__(
+        self,
+        config: Config,
+        config_path: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config_path = config_path
+        self.gen = build_generation(config)
+        self.registry = CollectorRegistry(auto_describe=False)
+        metrics.EXPORTER_BUILD_INFO.gauge(self.registry).labels(
+            __version__, platform.python_version()
+        ).set(1)
+        self._reloads = metrics.EXPORTER_CONFIG_RELOADS.counter(self.registry)
+        for outcome in ("success", "error"):
+            self._reloads.labels(outcome)
+        self._last_reload_ok = metrics.EXPORTER_CONFIG_LAST_RELOAD_SUCCESSFUL.gauge(self.registry)
+        self._last_reload_ok.set(1)
+        self.registry.register(PeakWindowCollector(lambda: self.gen.config.peak_windows, clock))
+        self.registry.register(_Delegate(lambda: self.gen.registry))
+        self._started = time.monotonic()
+        self._stop = asyncio.Event()
+        self._reload_lock = asyncio.Lock()
+        self._runner: web.AppRunner | None = None
+
+    # --- state for the HTTP handlers ----------------------------------------------------
+    @property
+    def checks(self) -> list[Check]:
+        return self.gen.scheduler.checks
+
+    def check_state(self, name: str) -> CheckState | None:
+        return self.gen.scheduler.state.get(name)
+
+    @property
+    def ready(self) -> bool:
+        return self.gen.scheduler.all_ran or time.monotonic() - self._started >= READY_AFTER
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind the listener and start the checks (raises OSError if the port is taken)."""
+        server = self.gen.config.server
+        self._runner = web.AppRunner(make_web_app(self), handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, server.host or None, server.port, reuse_address=True)
+        await site.start()
+        self._warn_unimplemented(self.gen.config)
+        self.gen.scheduler.start()
+        log.info(
+            "exporter started",
+            extra={
+                "version": __version__,
+                "listen": server.listen_address,
+                "checks": len(self.checks),
+                "config": self.config_path,
+            },
+        )
+
+    async def serve(self) -> None:
+        """Run until SIGTERM/SIGINT; SIGHUP reloads the config."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
+        await self.start()
+        await self._stop.wait()
+        log.info("shutting down")
+        await self.shutdown()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def shutdown(self) -> None:
+        await self.gen.scheduler.stop(timeout=SHUTDOWN_BUDGET - 2)
+        if self._runner is not None:
+            await asyncio.wait_for(self._runner.cleanup(), timeout=2)
+            self._runner = None
+
+    async def reload(self) -> bool:
+        """Re-read the config file; keep the old generation if the new one is invalid."""
+        async with self._reload_lock:
+            try:
+                config = load_config(self.config_path)
+                new = build_generation(config)
+            except ConfigError as exc:
+                for message in exc.messages:
+                    log.error("config reload failed, keeping the running config",
+                              extra={"problem": message})
+                self._reloads.labels("error").inc()
+                self._last_reload_ok.set(0)
+                return False
+            old = self.gen
+            if config.server.listen_address != old.config.server.listen_address:
+                log.warning(
+                    "server.listen_address changed; it takes effect on restart",
+                    extra={"running": old.config.server.listen_address},
+                )
+            setup_logging(config.server.log_format, config.server.log_level)
+            await old.scheduler.stop()
+            self.gen = new
+            self._warn_unimplemented(config)
+            new.scheduler.start()
+            self._reloads.labels("success").inc()
+            self._last_reload_ok.set(1)
+            log.info("config reloaded", extra={"checks": len(new.scheduler.checks)})
+            return True
+
+    @staticmethod
+    def _warn_unimplemented(config: Config) -> None:
+        for section in unimplemented_sections(config):
+            log.warning(
+                "config section has no check in this version; it is not run",
+                extra={"section": section},
+            )

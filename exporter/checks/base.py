@@ -1,0 +1,45 @@
+"""What every check is: a named thing the scheduler runs on an interval.
+
+A check's ``run()`` updates its own metrics, returns nothing, and raises on failure; the
+scheduler records outcome and duration (node_exporter's ``Update`` contract). Anything that
+blocks runs in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from exporter.config import Config
+
+
+class Check(ABC):
+    #: The check family, e.g. "engine"; instances are named "<kind>/<target>".
+    kind: str = ""
+
+    def __init__(self, target: str, interval: float, timeout: float) -> None:
+        self.target = target
+        self.interval = interval
+        self.timeout = timeout
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}/{self.target}"
+
+    @abstractmethod
+    async def run(self) -> None:
+        """One measurement. Raise to report failure; the message is logged on state change."""
+
+    def describe(self) -> str:
+        """One line for check-config and the index page (no secrets)."""
+        return ""
+
+    async def close(self) -> None:
+        """Release sessions, sockets, threads. Called once when the check is retired."""
+
+
+#: Builds a section's checks from the config, creating their metric families on ``registry``
+#: once (so several targets share one family). An absent section yields no checks.
+Factory = Callable[[Config, CollectorRegistry], list[Check]]

@@ -1,0 +1,139 @@
+"""Command line: ``llm-latency-exporter [run|check-config|...]``.
+
+Bad input exits 2 with one line per problem and no traceback, before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import sys
+from collections.abc import Callable, Sequence
+
+from prometheus_client import CollectorRegistry
+
+from exporter import __version__
+from exporter.checks import build_checks, unimplemented_sections
+from exporter.config import Config, ConfigError, format_duration, load_config
+
+EXIT_USAGE = 2
+
+RUN_EXAMPLES = """examples:
+  llm-latency-exporter run --config /etc/llm-latency-exporter/config.yaml
+  llm-latency-exporter                       # same as: run --config ./config.yaml
+  kill -HUP $(pidof llm-latency-exporter)    # re-read the config; a bad one is logged and ignored
+"""
+
+CHECK_EXAMPLES = """examples:
+  llm-latency-exporter check-config config.yaml
+  llm-latency-exporter check-config deploy/demo.yaml && systemctl reload llm-latency-exporter
+exit status: 0 valid, 2 invalid (one line per problem, naming the YAML path and line)
+"""
+
+
+def _load_or_exit(path: str) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        for message in exc.messages:
+            print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from exporter.app import App
+    from exporter.logs import setup_logging
+
+    config = _load_or_exit(args.config)
+    setup_logging(config.server.log_format, config.server.log_level)
+    try:
+        asyncio.run(App(config, args.config).serve())
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            print(
+                f"error: server.listen_address {config.server.listen_address}: "
+                f"{exc.strerror}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        raise
+    return 0
+
+
+def summarize(config: Config, path: str) -> str:
+    """The one-screen summary check-config prints: what would run, and how often."""
+    lines = [f"{path}: valid"]
+    srv = config.server
+    lines.append(f"  server        {srv.listen_address}  log={srv.log_format}/{srv.log_level}")
+    pw = config.peak_windows
+    windows = ", ".join(
+        f"{n} {w.start:%H:%M}-{w.end:%H:%M}" for n, w in pw.windows.items()
+    ) or "none"
+    lines.append(f"  peak windows  {pw.timezone}: {windows}")
+    slo = config.slo
+    lines.append(
+        f"  slo           ttft p95 {slo.ttft_p95_seconds:g}s, tpot p95 {slo.tpot_p95_seconds:g}s,"
+        f" e2e p95 {slo.e2e_p95_seconds:g}s, probe failures {slo.probe_failure_ratio:.0%},"
+        f" loss {slo.loss_ratio:.1%}, jitter {slo.jitter_seconds * 1000:g}ms"
+    )
+    checks = build_checks(config, CollectorRegistry(auto_describe=False))
+    lines.append(f"  checks        {len(checks)}")
+    for check in checks:
+        lines.append(
+            f"    {check.name:<28} every {format_duration(check.interval):<6}"
+            f" timeout {format_duration(check.timeout):<6} {check.describe()}"
+        )
+    for section in unimplemented_sections(config):
+        lines.append(f"  {section}: configured, but this version has no check for it (not run)")
+    return "\n".join(lines)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    config = _load_or_exit(args.file)
+    print(summarize(config, args.file))
+    return 0
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llm-latency-exporter",
+        description="Prometheus exporter for LLM inference latency: network per carrier, "
+        "engine queue vs compute, GPU, and synthetic streaming probes.",
+        epilog="With no subcommand, runs the exporter (run --config ./config.yaml).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, func: Command, help: str, epilog: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            help=help,
+            description=help,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(func=func)
+        return p
+
+    run = add("run", cmd_run, "run the exporter", RUN_EXAMPLES)
+    run.add_argument("--config", default="config.yaml", help="config file (default: %(default)s)")
+    check = add("check-config", cmd_check_config, "validate a config and summarize it",
+                CHECK_EXAMPLES)
+    check.add_argument("file", help="config file to validate")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not args_list or (
+        args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version")
+    ):
+        args_list.insert(0, "run")
+    args = parser.parse_args(args_list)
+    func: Command = args.func
+    return func(args)

@@ -1,0 +1,88 @@
+"""HTTP endpoints on the exporter's event loop: /metrics, /-/healthy, /-/ready, /."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client.exposition import choose_encoder
+
+from exporter import __version__
+
+if TYPE_CHECKING:
+    from exporter.app import App
+
+APP_KEY: web.AppKey[App] = web.AppKey("exporter")
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    app = request.app[APP_KEY]
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    body = encoder(app.registry)
+    resp = web.Response(body=body, headers={"Content-Type": content_type})
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        resp.enable_compression()
+    return resp
+
+
+async def handle_healthy(request: web.Request) -> web.Response:
+    return web.Response(text="OK\n")
+
+
+async def handle_ready(request: web.Request) -> web.Response:
+    app = request.app[APP_KEY]
+    if app.ready:
+        return web.Response(text="Ready\n")
+    return web.Response(status=503, text="Not ready: waiting for the first run of every check\n")
+
+
+async def handle_index(request: web.Request) -> web.Response:
+    app = request.app[APP_KEY]
+    rows = []
+    for check in app.checks:
+        st = app.check_state(check.name)
+        outcome = st.last_outcome if st else ""
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (
+                    check.name,
+                    f"{check.interval:g}s",
+                    check.describe(),
+                    outcome or "pending",
+                    f"{st.last_duration * 1000:.1f} ms" if st and st.runs else "",
+                    st.last_error if st else "",
+                )
+            )
+            + "</tr>"
+        )
+    table = (
+        "<table><tr><th>check</th><th>interval</th><th>target</th><th>last outcome</th>"
+        "<th>duration</th><th>last error</th></tr>" + "".join(rows) + "</table>"
+        if rows
+        else "<p>No checks are configured.</p>"
+    )
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>llm-latency-exporter</title>
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .8em;text-align:left}}
+tr:nth-child(even){{background:#f4f4f4}}</style></head>
+<body><h1>llm-latency-exporter {html.escape(__version__)}</h1>
+<ul><li><a href="metrics">/metrics</a> Prometheus metrics</li>
+<li><a href="-/healthy">/-/healthy</a> liveness</li>
+<li><a href="-/ready">/-/ready</a> readiness (after the first run of every check)</li></ul>
+<h2>Checks</h2>{table}
+<p>Config: {html.escape(app.config_path)} (reload with SIGHUP)</p>
+</body></html>"""
+    return web.Response(text=page, content_type="text/html")
+
+
+def make_web_app(app: App) -> web.Application:
+    web_app = web.Application()
+    web_app[APP_KEY] = app
+    web_app.router.add_get("/metrics", handle_metrics)
+    web_app.router.add_get("/-/healthy", handle_healthy)
+    web_app.router.add_get("/-/ready", handle_ready)
+    web_app.router.add_get("/", handle_index)
+    return web_app

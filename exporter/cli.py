@@ -96,6 +96,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 Command = Callable[[argparse.Namespace], int]
+AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
+
+
+def _extra_subcommands() -> list[Callable[[AddParser], None]]:
+    """``register(add)`` functions of subcommands defined beside their code."""
+    return []
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.set_defaults(func=func)
         return p
+
+    # Subcommands living in other modules register here, one line each.
+    for register in _extra_subcommands():
+        register(add)
 
     run = add("run", cmd_run, "run the exporter", RUN_EXAMPLES)
     run.add_argument("--config", default="config.yaml", help="config file (default: %(default)s)")

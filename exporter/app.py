@@ -145,8 +145,10 @@ class App:
                 new = build_generation(config)
             except ConfigError as exc:
                 for message in exc.messages:
-                    log.error("config reload failed, keeping the running config",
-                              extra={"problem": message})
+                    log.error(
+                        "config reload failed, keeping the running config",
+                        extra={"problem": message},
+                    )
                 self._reloads.labels("error").inc()
                 self._last_reload_ok.set(0)
                 return False

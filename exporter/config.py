@@ -27,8 +27,8 @@ from pydantic import (
     Field,
     PrivateAttr,
     SecretStr,
-    ValidationInfo,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -63,7 +63,9 @@ def parse_duration(value: Any) -> float:
             pos = m.end()
         if text and pos == len(text):
             if total <= 0:
-                raise PydanticCustomError("duration", "duration must be positive, got {v}", {"v": repr(value)})
+                raise PydanticCustomError(
+                    "duration", "duration must be positive, got {v}", {"v": repr(value)}
+                )
             return total
     raise PydanticCustomError(
         "duration", "expected a duration like 15s, got {v}", {"v": repr(value)}
@@ -87,8 +89,7 @@ def _check_name(value: Any) -> str:
     if not isinstance(value, str) or not _NAME_RE.match(value):
         raise PydanticCustomError(
             "name",
-            "expected a name of letters, digits, '_', '.', '-' (it becomes a label value), "
-            "got {v}",
+            "expected a name of letters, digits, '_', '.', '-' (it becomes a label value), got {v}",
             {"v": repr(value)},
         )
     return value
@@ -125,7 +126,9 @@ def _check_time_of_day(value: Any) -> dt.time:
         raise PydanticCustomError(
             "time", 'expected a quoted time of day like "20:00", got {v}', {"v": repr(value)}
         )
-    raise PydanticCustomError("time", 'expected a time of day like "20:00", got {v}', {"v": repr(value)})
+    raise PydanticCustomError(
+        "time", 'expected a time of day like "20:00", got {v}', {"v": repr(value)}
+    )
 
 
 TimeOfDay = Annotated[dt.time, BeforeValidator(_check_time_of_day)]
@@ -155,9 +158,7 @@ class SecretRef(_Model):
     @model_validator(mode="after")
     def _resolve(self) -> SecretRef:
         if (self.env is None) == (self.file is None):
-            raise PydanticCustomError(
-                "secret_ref", "give exactly one of env: NAME or file: PATH"
-            )
+            raise PydanticCustomError("secret_ref", "give exactly one of env: NAME or file: PATH")
         if self.env is not None:
             value = os.environ.get(self.env)
             if value is None:
@@ -197,7 +198,7 @@ class ServerConfig(_Model):
     @field_validator("listen_address")
     @classmethod
     def _listen(cls, value: str) -> str:
-        host, port = split_host_port(value)
+        host, _ = split_host_port(value)
         if host is None:
             raise PydanticCustomError(
                 "listen", 'expected host:port like "0.0.0.0:9400", got {v}', {"v": repr(value)}
@@ -502,8 +503,19 @@ def _describe(err: Mapping[str, Any], path: YamlPath) -> str:
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
     builtin = not kind.startswith(
-        ("duration", "name", "url", "time", "timezone", "inline_secret", "secret", "listen",
-         "window", "port", "duplicate")
+        (
+            "duration",
+            "name",
+            "url",
+            "time",
+            "timezone",
+            "inline_secret",
+            "secret",
+            "listen",
+            "window",
+            "port",
+            "duplicate",
+        )
     )
     value = err.get("input")
     if builtin and isinstance(value, str | int | float | bool) and "got" not in msg:

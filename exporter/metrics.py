@@ -16,7 +16,6 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
-    Metric,
 )
 
 NAMESPACE = "llm"
@@ -76,14 +75,18 @@ class Family:
         assert isinstance(metric, Histogram)
         return metric
 
-    def family(self, extra_labels: Iterable[str] = ()) -> Metric:
+    def gauge_family(self, extra_labels: Iterable[str] = ()) -> GaugeMetricFamily:
         """An empty family for custom collectors (values added by the caller)."""
-        labels = list(self.labels) + list(extra_labels)
-        if self.kind is Kind.COUNTER:
-            return CounterMetricFamily(self.base, self.help, labels=labels)
-        if self.kind is Kind.GAUGE:
-            return GaugeMetricFamily(self.name, self.help, labels=labels)
-        return HistogramMetricFamily(self.name, self.help, labels=labels)
+        assert self.kind is Kind.GAUGE
+        return GaugeMetricFamily(self.name, self.help, labels=[*self.labels, *extra_labels])
+
+    def counter_family(self, extra_labels: Iterable[str] = ()) -> CounterMetricFamily:
+        assert self.kind is Kind.COUNTER
+        return CounterMetricFamily(self.base, self.help, labels=[*self.labels, *extra_labels])
+
+    def histogram_family(self, extra_labels: Iterable[str] = ()) -> HistogramMetricFamily:
+        assert self.kind is Kind.HISTOGRAM
+        return HistogramMetricFamily(self.name, self.help, labels=[*self.labels, *extra_labels])
 
 
 SCHEMA: dict[str, Family] = {}
@@ -100,9 +103,7 @@ def _def(
     assert name.startswith(NAMESPACE + "_"), name
     assert name not in SCHEMA, f"{name} defined twice"
     assert (kind is Kind.COUNTER) == name.endswith("_total"), f"{name}: counter suffix"
-    fam = Family(
-        name, kind, help, tuple(labels), tuple(buckets) if buckets else None, section
-    )
+    fam = Family(name, kind, help, tuple(labels), tuple(buckets) if buckets else None, section)
     SCHEMA[name] = fam
     return fam
 

@@ -40,7 +40,7 @@ class PeakWindowCollector(Collector):
         self._clock = clock
 
     def collect(self) -> Iterator[Metric]:
-        family = metrics.EXPORTER_PEAK_WINDOW.family()
+        family = metrics.EXPORTER_PEAK_WINDOW.gauge_family()
         for name, inside in active_windows(self._config(), self._clock()).items():
             family.add_metric([name], 1.0 if inside else 0.0)
         yield family

@@ -35,7 +35,9 @@ def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "con
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> tuple[int, str]:
+def http_get(
+    url: str, timeout: float = 5.0, headers: dict[str, str] | None = None
+) -> tuple[int, str]:
     req = urllib.request.Request(url, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -51,11 +53,17 @@ class Proc:
 
     def __init__(self, args: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None):
         self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
-        self.stderr_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"proc-{os.getpid()}-{id(self)}.log"
+        self.stderr_path = (
+            Path(os.environ.get("TMPDIR", "/tmp")) / f"proc-{os.getpid()}-{id(self)}.log"
+        )
         self._err = open(self.stderr_path, "wb")  # noqa: SIM115
         full_env = {**os.environ, **(env or {})}
         self.popen = subprocess.Popen(
-            args, cwd=cwd, env=full_env, stdout=self._err, stderr=self._err,
+            args,
+            cwd=cwd,
+            env=full_env,
+            stdout=self._err,
+            stderr=self._err,
             start_new_session=True,
         )
 

@@ -38,6 +38,7 @@ class Check(ABC):
 
     async def close(self) -> None:
         """Release sessions, sockets, threads. Called once when the check is retired."""
+        return None  # most checks hold nothing between runs
 
 
 #: Builds a section's checks from the config, creating their metric families on ``registry``

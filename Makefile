@@ -1,0 +1,66 @@
+# Quickstart: `make run` (demo stack on loopback) and `make test` (lint, types, tests).
+# Needs Python 3.11+ and make; system packages the tests use are apt-installed when missing
+# (root required for that step, as in CI).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Debian packages the test suite drives for real (promtool, Prometheus, Alertmanager, netns).
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2
+DEMO_CONFIG ?= deploy/demo.yaml
+SIM_PORT ?= 8800
+
+.PHONY: run test lint typecheck pytest install install-test system-deps check-python clean
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python 3.11+ is required; run make PYTHON=python3.11 ...")'
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || { \
+	  echo "python venv support missing; installing python3-venv"; \
+	  apt-get install -y python3-venv >/dev/null || { apt-get update >/dev/null && apt-get install -y python3-venv >/dev/null; }; }
+
+$(BIN)/python: | check-python
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e .
+	@touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+# Installs only what is missing, so a developer machine that has them pays nothing.
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing >/dev/null; \
+	fi
+
+run: install
+	@echo "engine simulator:  http://127.0.0.1:$(SIM_PORT)/v1/models   (a simulator for trying the stack)"
+	@echo "exporter metrics:  http://127.0.0.1:9400/metrics"
+	@echo "exporter status:   http://127.0.0.1:9400/"
+	@echo "stop with Ctrl-C"
+	@trap 'kill $$sim 2>/dev/null; wait $$sim 2>/dev/null' EXIT INT TERM; \
+	$(BIN)/llm-latency-exporter simulate --port $(SIM_PORT) --format vllm & sim=$$!; \
+	$(BIN)/llm-latency-exporter run --config $(DEMO_CONFIG)
+
+lint: install-test
+	$(BIN)/ruff check exporter tests benchmarks
+
+typecheck: install-test
+	$(BIN)/mypy exporter
+
+pytest: install-test system-deps
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

@@ -52,7 +52,7 @@ run: install
 	$(BIN)/llm-latency-exporter run --config $(DEMO_CONFIG)
 
 lint: install-test
-	$(BIN)/ruff check exporter tests benchmarks
+	$(BIN)/ruff check .
 
 typecheck: install-test
 	$(BIN)/mypy exporter

@@ -101,7 +101,9 @@ AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
 
 def _extra_subcommands() -> list[Callable[[AddParser], None]]:
     """``register(add)`` functions of subcommands defined beside their code."""
-    return []
+    from exporter.simulator import cli as simulator_cli
+
+    return [simulator_cli.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

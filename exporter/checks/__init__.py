@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from exporter.checks import engine
 from exporter.checks.base import Check, Factory
 from exporter.config import Config
 
 FACTORIES: dict[str, Factory] = {}
+FACTORIES["engines"] = engine.build
 
 
 def build_checks(config: Config, registry: CollectorRegistry) -> list[Check]:

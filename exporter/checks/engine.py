@@ -1,0 +1,406 @@
+"""Engine check: scrape an inference engine's metrics endpoint, re-expose one schema.
+
+Each target (``engines:`` entry) is scraped over aiohttp with a total timeout and a body-size
+cap, parsed by ``exporter.engines.parse`` against the mapping table, and kept as an
+immutable snapshot. A custom collector renders the last successful snapshot of every
+target at /metrics time, so values are the engine's own (counter resets pass through as
+resets, histograms keep the engine's buckets) and a target that goes down loses its data
+series while ``llm_engine_up{target}`` stays, at 0.
+
+Failures raise ``ScrapeError`` after updating the metrics; the scheduler logs the failing
+and recovered transitions once each, with the reason (never the body or the token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
+
+from exporter import __version__, metrics
+from exporter.checks.base import Check
+from exporter.config import Config, EngineConfig
+from exporter.engines.parse import HistogramValue, ParseError, Snapshot, detect, parse
+from exporter.engines.table import SOURCES
+from exporter.metrics import Kind
+
+log = logging.getLogger("exporter.engine")
+
+#: Bodies larger than this are abandoned mid-read (reason too_large). A 16-model, 2-rank
+#: vLLM exposition is about 1.3 MB, so this leaves room for big fleets behind one URL.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+#: The scheduler's deadline is the configured timeout plus this, so the HTTP timeout fires
+#: first and the failure is counted here as reason=timeout rather than cancelled blind.
+TIMEOUT_GRACE = 1.0
+#: Bounded values of llm_engine_scrape_errors_total{reason}; pre-created at 0 per target.
+REASONS = (
+    "timeout",
+    "connection",
+    "http_4xx",
+    "http_5xx",
+    "http_status",
+    "too_large",
+    "not_prometheus",
+    "malformed",
+    "unrecognized",
+)
+ACCEPT = (
+    "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+)
+#: Where engines that report a version over HTTP do so (JSON with a "version" key).
+VERSION_PATHS = {"vllm": "/version", "sglang": "/get_server_info"}
+VERSION_MAX_BYTES = 1024 * 1024
+_VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
+#: trtllm-serve answers /metrics with JSON iteration stats; its Prometheus text is here.
+TRTLLM_PROMETHEUS_PATH = "/prometheus/metrics"
+
+#: Every normalized data family, in table order (the order /metrics lists them).
+DATA_FAMILIES: tuple[metrics.Family, ...] = tuple(dict.fromkeys(s.target for s in SOURCES))
+
+
+class ScrapeError(Exception):
+    """A failed scrape; ``reason`` is one of REASONS, the message is safe to log."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        assert reason in REASONS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TargetView:
+    """What /metrics shows for one target that is up."""
+
+    family: str
+    version: str
+    snapshot: Snapshot
+
+
+class EngineCollector(Collector):
+    """Yields the normalized families from the last successful scrape of every target."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, TargetView] = {}
+
+    def set(self, target: str, view: TargetView | None) -> None:
+        if view is None:
+            self._views.pop(target, None)
+        else:
+            self._views[target] = view
+
+    def collect(self) -> Iterator[Metric]:
+        views = list(self._views.items())
+        if not views:
+            return
+        info = metrics.ENGINE_INFO.gauge_family()
+        for target, view in views:
+            info.add_metric([target, view.family, view.version], 1.0)
+        yield info
+        for family in DATA_FAMILIES:
+            rows = [
+                ([target, view.snapshot.engine, *key], value)
+                for target, view in views
+                for key, value in view.snapshot.series.get(family, {}).items()
+            ]
+            if not rows:
+                continue
+            if family.kind is Kind.HISTOGRAM:
+                hist = family.histogram_family()
+                for labels, value in rows:
+                    assert isinstance(value, HistogramValue)
+                    _add_histogram(hist, family, labels, value)
+                yield hist
+            else:
+                out = (
+                    family.counter_family()
+                    if family.kind is Kind.COUNTER
+                    else family.gauge_family()
+                )
+                for labels, value in rows:
+                    assert isinstance(value, float)
+                    out.add_metric(labels, value)
+                yield out
+
+
+def _add_histogram(
+    out: Metric, family: metrics.Family, values: list[str], hist: HistogramValue
+) -> None:
+    # HistogramMetricFamily.add_metric derives _count from the last bucket and drops it when
+    # _sum is unknown; writing the samples keeps exactly what the engine reported.
+    labels = dict(zip(family.labels, values, strict=True))
+    for le, count in hist.sorted_buckets():
+        out.samples.append(Sample(family.name + "_bucket", {**labels, "le": _le_text(le)}, count))
+    if hist.count is not None:
+        out.samples.append(Sample(family.name + "_count", labels, hist.count))
+    if hist.sum is not None:
+        out.samples.append(Sample(family.name + "_sum", labels, hist.sum))
+
+
+def _le_text(le: float) -> str:
+    """Go's float formatting, as Prometheus writes ``le`` ("1" not "1.0", "+Inf")."""
+    text: str = floatToGoString(le)  # type: ignore[no-untyped-call]
+    return text
+
+
+class EngineMetrics:
+    """The engine families on one registry, shared by every engine target."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.up: Gauge = metrics.ENGINE_UP.gauge(registry)
+        self.duration: Gauge = metrics.ENGINE_SCRAPE_DURATION.gauge(registry)
+        self.errors: Counter = metrics.ENGINE_SCRAPE_ERRORS.counter(registry)
+        self.dropped: Counter = metrics.ENGINE_DROPPED_SERIES.counter(registry)
+        self.collector = EngineCollector()
+        registry.register(self.collector)
+
+
+def _base_url(url: str) -> str:
+    """The server root a metrics URL hangs off (for the version endpoint)."""
+    parts = urlsplit(url)
+    path = parts.path
+    for suffix in (TRTLLM_PROMETHEUS_PATH, "/metrics"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+            break
+    return urlunsplit((parts.scheme, parts.netloc, path.rstrip("/"), "", ""))
+
+
+def _looks_like(content_type: str, body: bytes) -> str | None:
+    """'html' or 'json' when the response is clearly not the text exposition format."""
+    head = body[:64].lstrip()
+    if "html" in content_type or head[:1] == b"<":
+        return "html"
+    if "json" in content_type or head[:1] in (b"{", b"["):
+        return "json"
+    return None
+
+
+class EngineCheck(Check):
+    kind = "engine"
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        shared: EngineMetrics,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ) -> None:
+        super().__init__(config.name, config.interval, config.timeout + TIMEOUT_GRACE)
+        self.config = config
+        self.max_body_bytes = max_body_bytes
+        self._shared = shared
+        self._url = config.url
+        self._detected: str | None = None
+        self._admitted: tuple[str, ...] = ()
+        self._version: str | None = None
+        self._version_family = ""
+        self._session: aiohttp.ClientSession | None = None
+        headers = {"Accept": ACCEPT, "User-Agent": f"llm-latency-exporter/{__version__}"}
+        if config.bearer_token is not None:
+            headers["Authorization"] = f"Bearer {config.bearer_token.value()}"
+        self._headers = headers
+        for reason in REASONS:
+            shared.errors.labels(self.target, reason)
+        shared.dropped.labels(self.target)
+
+    def describe(self) -> str:
+        family = self.config.type or self._detected or "auto-detect"
+        auth = (
+            f", bearer token from {self.config.bearer_token.describe()}"
+            if self.config.bearer_token is not None
+            else ""
+        )
+        return f"{_redact(self._url)} ({family}{auth})"
+
+    @property
+    def url(self) -> str:
+        """The URL scraped now (the trtllm-serve fallback may have replaced the config's)."""
+        return self._url
+
+    async def run(self) -> None:
+        started = time.monotonic()
+        try:
+            view = await self._scrape(started + self.config.timeout)
+        except ScrapeError as exc:
+            self._down(exc.reason, time.monotonic() - started)
+            raise
+        self._up(view, time.monotonic() - started)
+
+    async def close(self) -> None:
+        self._shared.collector.set(self.target, None)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # --- one scrape ---------------------------------------------------------------------
+    async def _scrape(self, deadline: float) -> TargetView:
+        body, content_type = await self._fetch(self._url, deadline, self.max_body_bytes)
+        kind = _looks_like(content_type, body)
+        if kind == "json" and urlsplit(self._url).path.rstrip("/").endswith("/metrics"):
+            body, content_type, kind = await self._try_trtllm_prometheus(deadline, body)
+        if kind is not None:
+            raise ScrapeError("not_prometheus", f"got {kind}, not the Prometheus text format")
+        # Parsing a large body takes tens of milliseconds: keep it off the event loop.
+        snapshot = await asyncio.to_thread(self._parse, body)
+        if snapshot.engine != (self.config.type or self._detected):
+            log.info(
+                "engine family detected",
+                extra={"check": self.name, "family": snapshot.engine},
+            )
+            self._detected = snapshot.engine
+        version = await self._engine_version(snapshot.engine, deadline)
+        return TargetView(snapshot.engine, version, snapshot)
+
+    async def _try_trtllm_prometheus(
+        self, deadline: float, body: bytes
+    ) -> tuple[bytes, str, str | None]:
+        parts = urlsplit(self._url)
+        path = parts.path.rstrip("/")
+        if path.endswith(TRTLLM_PROMETHEUS_PATH):
+            return body, "application/json", "json"
+        alt = urlunsplit(
+            (parts.scheme, parts.netloc, path[: -len("/metrics")] + TRTLLM_PROMETHEUS_PATH,
+             parts.query, "")
+        )
+        body, content_type = await self._fetch(alt, deadline, self.max_body_bytes)
+        kind = _looks_like(content_type, body)
+        if kind is None:
+            log.info(
+                "metrics URL returned JSON (trtllm-serve); using its Prometheus endpoint",
+                extra={"check": self.name, "path": urlsplit(alt).path},
+            )
+            self._url = alt
+        return body, content_type, kind
+
+    def _parse(self, body: bytes) -> Snapshot:
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ScrapeError("malformed", f"body is not UTF-8 at byte {exc.start}") from None
+        family = self.config.type or self._detected
+        cap, keep = self.config.max_models, self._admitted
+        try:
+            snapshot = None
+            if family is not None:
+                snapshot = parse(text, family, cap, keep)
+                # A configured type is trusted even when nothing matched (an engine that
+                # has loaded no model yet); a detected one is re-checked.
+                if snapshot.matched or self.config.type is not None:
+                    return snapshot
+            found = detect(text)
+            if found is None:
+                raise ScrapeError(
+                    "unrecognized", "no vLLM, trtllm-serve, Triton or SGLang metric names"
+                )
+            if found == family and snapshot is not None:
+                return snapshot
+            return parse(text, found, cap)
+        except ParseError as exc:
+            raise ScrapeError("malformed", str(exc)) from None
+
+    async def _fetch(self, url: str, deadline: float, limit: int) -> tuple[bytes, str]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ScrapeError("timeout", f"no complete response within {self.config.timeout:g}s")
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers=self._headers)
+        try:
+            async with self._session.get(
+                url, timeout=aiohttp.ClientTimeout(total=remaining)
+            ) as resp:
+                if not 200 <= resp.status < 300:
+                    reason = {4: "http_4xx", 5: "http_5xx"}.get(resp.status // 100, "http_status")
+                    raise ScrapeError(reason, f"HTTP {resp.status}")
+                if resp.content_length is not None and resp.content_length > limit:
+                    raise ScrapeError("too_large", f"body of {resp.content_length} bytes")
+                buf = bytearray()
+                async for chunk in resp.content.iter_any():
+                    buf += chunk
+                    if len(buf) > limit:
+                        # Leaving the context without reading on closes the connection.
+                        raise ScrapeError("too_large", f"body over {limit} bytes")
+                return bytes(buf), resp.content_type
+        except TimeoutError:
+            raise ScrapeError(
+                "timeout", f"no complete response within {self.config.timeout:g}s"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise ScrapeError("connection", _connection_detail(exc)) from None
+
+    async def _engine_version(self, family: str, deadline: float) -> str:
+        """The engine's version, asked once per up period; "" where it reports none."""
+        if self._version is not None and self._version_family == family:
+            return self._version
+        version = ""
+        path = VERSION_PATHS.get(family)
+        if path is not None:
+            try:
+                body, _ = await self._fetch(
+                    _base_url(self._url) + path, deadline, VERSION_MAX_BYTES
+                )
+                data = json.loads(body)
+                found = data.get("version") if isinstance(data, dict) else None
+                if isinstance(found, str) and _VERSION_RE.fullmatch(found):
+                    version = found
+            except (ScrapeError, ValueError):
+                pass  # the version is a nicety; its absence must not fail the scrape
+        self._version, self._version_family = version, family
+        return version
+
+    # --- outcome ------------------------------------------------------------------------
+    def _up(self, view: TargetView, elapsed: float) -> None:
+        shared = self._shared
+        shared.collector.set(self.target, view)
+        shared.up.labels(self.target).set(1)
+        shared.duration.labels(self.target).set(elapsed)
+        if view.snapshot.dropped:
+            shared.dropped.labels(self.target).inc(view.snapshot.dropped)
+        self._admitted = view.snapshot.models
+
+    def _down(self, reason: str, elapsed: float) -> None:
+        shared = self._shared
+        shared.collector.set(self.target, None)
+        shared.up.labels(self.target).set(0)
+        shared.duration.labels(self.target).set(elapsed)
+        shared.errors.labels(self.target, reason).inc()
+        # The engine may come back as a different build: ask for its version again.
+        self._version = None
+
+
+def _redact(url: str) -> str:
+    """``url`` without user:password, for display."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def _connection_detail(exc: aiohttp.ClientError) -> str:
+    # Built from the error type and OS error only: aiohttp's own messages can include
+    # the URL, and a URL may carry credentials.
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect: {exc.os_error.strerror or type(exc.os_error).__name__}"
+    return type(exc).__name__
+
+
+def build(config: Config, registry: CollectorRegistry) -> list[Check]:
+    """One check per ``engines:`` entry, sharing one set of families on ``registry``."""
+    if not config.engines:
+        return []
+    shared = EngineMetrics(registry)
+    return [EngineCheck(engine, shared) for engine in config.engines]

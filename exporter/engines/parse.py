@@ -1,0 +1,361 @@
+"""Fast Prometheus/OpenMetrics text parser that reads only the families in the table.
+
+An engine exposition is mostly families the exporter does not re-expose (request-size
+histograms, process metrics, `_created` samples). Each line's metric name is cut off with
+``str.find`` and looked up in a dict of the sample names the table maps; every other line is
+skipped before any label parsing, which is what makes this several times faster than
+``prometheus_client.parser`` (benchmarks/engine_parse.py).
+
+Lines that are read are validated strictly: a malformed one fails the whole scrape, as it
+would in Prometheus. Lines that are skipped are not validated, since nothing read from them
+reaches /metrics. Timestamps are ignored (values are re-exposed at the exporter's scrape),
+exemplars are ignored, and ``# EOF`` ends the input.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from exporter.engines.table import ALIASES, ENGINES, PREFIXES, Source, rows_for_engine
+from exporter.metrics import Family, Kind
+
+_VALUE, _BUCKET, _SUM, _COUNT = 0, 1, 2, 3
+_INF: Final = float("inf")
+
+
+class ParseError(ValueError):
+    """The exposition does not parse; ``str()`` names the line number, never its content."""
+
+
+@dataclass
+class HistogramValue:
+    """One normalized histogram series: cumulative counts by upper bound (base units)."""
+
+    buckets: dict[float, float] = field(default_factory=dict)
+    count: float | None = None
+    sum: float | None = None
+
+    def sorted_buckets(self) -> list[tuple[float, float]]:
+        return sorted(self.buckets.items())
+
+
+Value = float | HistogramValue
+#: Normalized label values after ``target`` and ``engine``: model, dp_rank(, extra...).
+SeriesKey = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one scrape contributes to /metrics for one target."""
+
+    engine: str
+    series: Mapping[Family, Mapping[SeriesKey, Value]]
+    #: Model values kept (at most max_models), in the order they were admitted.
+    models: tuple[str, ...]
+    #: Normalized series left out by the model cap.
+    dropped: int
+    #: Samples whose name is in the table (0 means the engine family did not match).
+    matched: int
+
+
+class _Plan:
+    """A table row compiled for one sample name (a histogram row yields three)."""
+
+    __slots__ = ("key_defaults", "key_src", "legacy", "match", "part", "scale", "target")
+
+    def __init__(self, src: Source, part: int) -> None:
+        self.target = src.target
+        self.part = part
+        self.scale = src.scale
+        self.legacy = src.legacy
+        self.match = tuple(src.match.items())
+        # Normalized label order is the family's, minus `target` and `engine` (added when
+        # collecting); a label the source lacks becomes "".
+        back = {norm: source for source, norm in src.labels.items()}
+        names = [n for n in src.target.labels if n not in ("target", "engine")]
+        self.key_src = tuple(back.get(n, "") for n in names)
+        self.key_defaults = ("",) * len(names)
+
+
+def _compile(engine: str) -> dict[str, tuple[_Plan, ...]]:
+    lookup: dict[str, tuple[_Plan, ...]] = {}
+
+    def add(name: str, plan: _Plan) -> None:
+        # Several rows may select different series of one source family through `match`
+        # (Triton's request_type), so a name can carry more than one plan.
+        lookup[name] = (*lookup.get(name, ()), plan)
+
+    for src in rows_for_engine(engine):
+        names = [src.name]
+        for old, new in ALIASES.get(engine, ()):
+            if src.name.startswith(old):
+                names.append(new + src.name[len(old) :])
+        for name in names:
+            if src.kind is Kind.HISTOGRAM:
+                add(name + "_bucket", _Plan(src, _BUCKET))
+                add(name + "_sum", _Plan(src, _SUM))
+                add(name + "_count", _Plan(src, _COUNT))
+            else:
+                add(name, _Plan(src, _VALUE))
+    return lookup
+
+
+_LOOKUP: dict[str, dict[str, tuple[_Plan, ...]]] = {e: _compile(e) for e in ENGINES}
+
+_LE_CACHE: dict[str, float] = {}
+_LE_CACHE_MAX = 4096
+
+_LABEL_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*')
+_UNESCAPE_RE = re.compile(r"\\(.)")
+
+
+def _unescape(value: str) -> str:
+    return _UNESCAPE_RE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
+
+
+def _labels_escaped(rest: str, lineno: int) -> tuple[dict[str, str], str]:
+    """Label block with backslash escapes: ``rest`` starts just after ``{``."""
+    labels: dict[str, str] = {}
+    pos = 0
+    while True:
+        if rest.startswith("}", pos):
+            return labels, rest[pos + 1 :]
+        m = _LABEL_RE.match(rest, pos)
+        if m is None:
+            raise ParseError(f"line {lineno}: bad label set")
+        labels[m.group(1)] = _unescape(m.group(2))
+        pos = m.end()
+        if rest.startswith(",", pos):
+            pos += 1
+        elif not rest.startswith("}", pos):
+            raise ParseError(f"line {lineno}: bad label set")
+
+
+def _labels(rest: str, lineno: int) -> tuple[dict[str, str], str]:
+    """Parse a label block; ``rest`` starts just after ``{``. Returns labels and the tail.
+
+    Without backslashes a label value cannot contain a quote, so splitting on ``"`` puts
+    every value at an odd index whatever else it contains (``,``, ``}``, ``=``, spaces).
+    """
+    if "\\" in rest:
+        return _labels_escaped(rest, lineno)
+    parts = rest.split('"')
+    labels: dict[str, str] = {}
+    last = len(parts) - 1
+    i = 0
+    while True:
+        if i > last:
+            raise ParseError(f"line {lineno}: unterminated label value")
+        key = parts[i]
+        if i:
+            if key[:1] == "}":
+                return labels, key[1:]
+            if key[:2] == ",}":
+                return labels, key[2:]
+            if key[:1] != ",":
+                raise ParseError(f"line {lineno}: bad label set")
+            key = key[1:]
+        elif key[:1] == "}":
+            return labels, key[1:]
+        name = key[:-1].strip()
+        if i >= last or key[-1:] != "=" or not name.isidentifier():
+            raise ParseError(f"line {lineno}: bad label set")
+        labels[name] = parts[i + 1]
+        i += 2
+
+
+def _le(text: str, lineno: int) -> float:
+    le = _LE_CACHE.get(text)
+    if le is None:
+        try:
+            le = float(text)
+        except ValueError:
+            raise ParseError(f"line {lineno}: bad le value") from None
+        if len(_LE_CACHE) >= _LE_CACHE_MAX:
+            # A target inventing bounds must not grow memory without end.
+            _LE_CACHE.clear()
+        _LE_CACHE[text] = le
+    return le
+
+
+def detect(text: str) -> str | None:
+    """The engine family whose name prefix starts a line of ``text``, or None."""
+    for engine, prefixes in PREFIXES.items():
+        for prefix in prefixes:
+            if text.startswith(prefix) or ("\n" + prefix) in text:
+                return engine
+    return None
+
+
+class _Entry:
+    """A normalized series being assembled; ``legacy`` says which name supplied it."""
+
+    __slots__ = ("hist", "legacy", "value")
+
+    def __init__(self, legacy: bool, value: float = 0.0, hist: HistogramValue | None = None):
+        self.legacy = legacy
+        self.value = value
+        self.hist = hist
+
+
+_Store = dict[Family, dict[SeriesKey, _Entry]]
+
+
+def parse(
+    body: bytes | str,
+    engine: str,
+    max_models: int = 20,
+    keep: Iterable[str] = (),
+) -> Snapshot:
+    """Parse and normalize one exposition of ``engine``.
+
+    ``keep`` is the previous scrape's admitted models: they stay admitted while present, so
+    a new model past the cap never displaces one that already has history.
+    """
+    try:
+        text = body.decode("utf-8") if isinstance(body, bytes) else body
+    except UnicodeDecodeError as exc:
+        raise ParseError(f"not UTF-8 at byte {exc.start}") from None
+    lookup = _LOOKUP[engine]
+    store: _Store = {}
+    matched = 0
+    lineno = 0
+    for line in text.split("\n"):
+        lineno += 1
+        if not line:
+            continue
+        if line[0] == "#":
+            if line.startswith("# EOF"):
+                break
+            continue
+        brace = line.find("{")
+        space = line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            name = line[:brace]
+        elif space != -1:
+            name = line[:space]
+        else:
+            name = line.split(None, 1)[0] if line.strip() else ""
+        plans = lookup.get(name)
+        if plans is None:
+            if "\t" not in name:
+                continue
+            # Tabs are legal separators, just rare enough to keep off the fast path.
+            name = name.split(None, 1)[0]
+            plans = lookup.get(name)
+            if plans is None:
+                continue
+        matched += 1
+        tail = line[len(name) :]
+        stripped = tail.lstrip()
+        if stripped[:1] == "{":
+            labels, tail = _labels(stripped[1:], lineno)
+        else:
+            labels = {}
+        fields = tail.split()
+        if not fields:
+            raise ParseError(f"line {lineno}: no value")
+        try:
+            value = float(fields[0])
+        except ValueError:
+            raise ParseError(f"line {lineno}: bad value") from None
+        if len(fields) > 1 and fields[1] != "#":
+            try:
+                float(fields[1])
+            except ValueError:
+                raise ParseError(f"line {lineno}: bad timestamp") from None
+        for plan in plans:
+            _apply(plan, labels, value, store, lineno)
+    return _finish(engine, store, matched, max_models, keep)
+
+
+def _apply(
+    plan: _Plan, labels: dict[str, str], value: float, store: _Store, lineno: int
+) -> None:
+    for k, v in plan.match:
+        if labels.get(k) != v:
+            return
+    key = tuple(map(labels.get, plan.key_src, plan.key_defaults))
+    series = store.get(plan.target)
+    if series is None:
+        series = store[plan.target] = {}
+    entry = series.get(key)
+    if entry is not None and entry.legacy != plan.legacy:
+        if plan.legacy:
+            return  # the current name already supplied this series
+        entry = None  # the current name replaces what a legacy name supplied
+    part = plan.part
+    if part == _VALUE:
+        value *= plan.scale
+        if entry is None:
+            series[key] = _Entry(plan.legacy, value)
+        elif plan.target.kind is Kind.GAUGE:
+            # Series that differ only in dropped labels (e.g. SGLang tp_rank) report the
+            # same state; summing a gauge would multiply it.
+            entry.value = max(entry.value, value)
+        else:
+            entry.value += value
+        return
+    if entry is None:
+        hist = HistogramValue()
+        series[key] = _Entry(plan.legacy, hist=hist)
+    else:
+        assert entry.hist is not None
+        hist = entry.hist
+    if part == _BUCKET:
+        le_text = labels.get("le")
+        if le_text is None:
+            raise ParseError(f"line {lineno}: bucket without le")
+        le = _le(le_text, lineno) * plan.scale
+        hist.buckets[le] = hist.buckets.get(le, 0.0) + value
+    elif part == _SUM:
+        hist.sum = (hist.sum or 0.0) + value * plan.scale
+    else:
+        hist.count = (hist.count or 0.0) + value
+
+
+def _finish(
+    engine: str, store: _Store, matched: int, max_models: int, keep: Iterable[str]
+) -> Snapshot:
+    present: set[str] = set()
+    for series in store.values():
+        present.update(key[0] for key in series)
+    admitted = [m for m in keep if m in present][:max_models]
+    if len(present) > len(admitted):
+        taken = set(admitted)
+        for model in sorted(present - taken):
+            if len(admitted) >= max_models:
+                break
+            admitted.append(model)
+    allowed = set(admitted)
+    dropped = 0
+    out: dict[Family, dict[SeriesKey, Value]] = {}
+    for family, series in store.items():
+        kept: dict[SeriesKey, Value] = {}
+        for key, entry in series.items():
+            if key[0] not in allowed:
+                dropped += 1
+            elif entry.hist is not None:
+                _complete(entry.hist)
+                kept[key] = entry.hist
+            else:
+                kept[key] = entry.value
+        if kept:
+            out[family] = kept
+    return Snapshot(engine, out, tuple(admitted), dropped, matched)
+
+
+def _complete(hist: HistogramValue) -> None:
+    """Restore the +Inf bucket / _count identity where an exposition carries only one.
+
+    Both are the total observation count by definition; Prometheus needs the +Inf bucket
+    for histogram_quantile and the _count for means.
+    """
+    inf = hist.buckets.get(_INF)
+    if inf is None and hist.count is not None and hist.buckets:
+        hist.buckets[_INF] = hist.count
+    elif inf is not None and hist.count is None:
+        hist.count = inf

@@ -1,0 +1,489 @@
+"""The continuous-batching model: one asyncio task per engine, stepping in real time.
+
+Each step is vLLM V1's scheduler reduced to what shows in latency:
+
+1. Make room. A decoding sequence needs KV for its next tokens; while the cache is short,
+   the newest running sequence is preempted: its KV is freed and it goes back to the head of
+   the queue to recompute its prompt and output so far (vLLM's recompute preemption).
+2. Admit waiting sequences first-come first-served while fewer than ``max_num_seqs`` run and
+   each one's prefill fits in the free KV. Full prompt blocks already in the prefix cache are
+   not recomputed. The head of the queue blocks those behind it, as in vLLM.
+3. Batch decode tokens for every decoding sequence, then prefill chunks up to
+   ``max_num_batched_tokens`` in all (chunked prefill).
+4. The step lasts ``decode_step + decode_step_per_seq * decoding + prefill_tokens /
+   prefill_tps`` seconds of real time; its tokens are stamped when it ends.
+
+KV is counted in blocks of ``block_size`` tokens reserved per sequence (shared prefix blocks
+are counted once per sequence: a simplification). The prefix cache is an LRU index of block
+hashes as large as the KV cache, so a prefix stays cached for a while after its requests end.
+Everything here uses ``time.monotonic``; nothing blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from exporter.simulator.tokens import Words
+
+log = logging.getLogger(__name__)
+
+#: vLLM's finish reasons (vllm/v1/engine FINISH_REASON_STRINGS); all are pre-created.
+FINISH_REASONS = ("stop", "length", "abort", "error")
+
+
+@dataclass
+class EngineConfig:
+    """Capacity and speed of one engine (one data-parallel rank)."""
+
+    max_num_seqs: int = 16
+    kv_tokens: int = 32768
+    block_size: int = 16
+    max_num_batched_tokens: int = 2048
+    prefill_tps: float = 20000.0
+    decode_step: float = 0.015
+    decode_step_per_seq: float = 0.0005
+    #: Mean length of a "natural" answer (drawn 0.5x..1.5x per request) when max_tokens and
+    #: ignore_eos don't end it first; ends with finish_reason "stop".
+    output_len: int = 128
+    prefix_caching: bool = True
+
+    #: Knobs that may change while running; the KV geometry may not (running sequences
+    #: were admitted against it).
+    RUNTIME = (
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "prefill_tps",
+        "decode_step",
+        "decode_step_per_seq",
+        "output_len",
+        "prefix_caching",
+    )
+
+    @property
+    def kv_blocks(self) -> int:
+        return self.kv_tokens // self.block_size
+
+    @property
+    def max_model_len(self) -> int:
+        # Any single request must fit the cache alone, or preemption could never make room.
+        return self.kv_blocks * self.block_size
+
+    def merged(self, changes: dict[str, object]) -> EngineConfig:
+        """A copy with run-time ``changes`` applied; ValueError lists every problem."""
+        errors = []
+        values: dict[str, Any] = {}
+        for key, raw in changes.items():
+            if key not in self.RUNTIME:
+                errors.append(f"{key}: not a run-time knob (those are: {', '.join(self.RUNTIME)})")
+                continue
+            current = getattr(self, key)
+            if isinstance(current, bool):
+                ok = isinstance(raw, bool)
+            elif isinstance(current, int):
+                ok = isinstance(raw, int | float) and not isinstance(raw, bool) and raw == int(raw)
+            else:
+                ok = isinstance(raw, int | float) and not isinstance(raw, bool)
+            if not ok:
+                errors.append(f"{key}: want a {type(current).__name__}, got {raw!r}")
+                continue
+            values[key] = type(current)(raw)
+        if not errors:
+            candidate = dataclasses.replace(self, **values)
+            errors = candidate.problems()
+            if not errors:
+                return candidate
+        raise ValueError("; ".join(errors))
+
+    def problems(self) -> list[str]:
+        out = []
+        for name in ("max_num_seqs", "kv_tokens", "block_size", "max_num_batched_tokens",
+                     "output_len"):
+            if getattr(self, name) < 1:
+                out.append(f"{name}: must be at least 1")
+        if self.prefill_tps <= 0:
+            out.append("prefill_tps: must be > 0")
+        if self.decode_step <= 0 or self.decode_step_per_seq < 0:
+            out.append("decode_step must be > 0 and decode_step_per_seq >= 0")
+        if self.block_size >= 1 and self.kv_tokens < 2 * self.block_size:
+            out.append("kv_tokens: must hold at least two blocks")
+        return out
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """The engine admitted the request for the first time."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class Output:
+    """Tokens one engine step produced for one request."""
+
+    tokens: tuple[str, ...]
+    at: float
+    finish_reason: str | None
+
+
+Event = Scheduled | Output
+
+
+@dataclass(frozen=True)
+class SeqFaults:
+    """Engine-side faults for one request (see faults.py)."""
+
+    slow_first_token: float = 0.0
+    stall: float = 0.0
+    stall_after: int = 0
+    tokens_per_step: int = 1
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request inside the engine; the HTTP handler reads ``events``."""
+
+    request_id: str
+    prompt: list[str]
+    max_tokens: int
+    #: Tokens after which the answer ends naturally ("stop"); max_tokens ends it first.
+    stop_after: int
+    seed: int
+    faults: SeqFaults = SeqFaults()
+    arrival: float = field(default_factory=time.monotonic)
+
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    output: list[str] = field(default_factory=list)
+    computed: int = 0
+    prefill_target: int = 0
+    cached_tokens: int | None = None
+    queued_ts: float = 0.0
+    scheduled_ts: float | None = None
+    first_token_ts: float | None = None
+    last_token_ts: float | None = None
+    ready_at: float = 0.0
+    stalled: bool = False
+    admitted: int = 0
+    preemptions: int = 0
+    prompt_counted: bool = False
+    finish_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self._words = Words(self.seed)
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.prefill_target
+
+    @property
+    def limit(self) -> int:
+        return min(self.max_tokens, self.stop_after)
+
+    def tokens(self) -> list[str]:
+        """Everything the KV holds when recomputed: prompt, then output so far."""
+        return self.prompt + [t.strip() for t in self.output]
+
+    def next_token(self) -> str:
+        return self._words.next()
+
+
+class Observer(Protocol):
+    """What the engine reports; stats.py turns it into metric families."""
+
+    def admitted(self, seq: Sequence, queried: int, hit: int) -> None: ...
+    def preempted(self, seq: Sequence) -> None: ...
+    def prompt_done(self, seq: Sequence) -> None: ...
+    def output(self, seq: Sequence, count: int, interval: float | None) -> None: ...
+    def finished(self, seq: Sequence) -> None: ...
+    def aborted(self, seq: Sequence) -> None: ...
+
+
+class PrefixCache:
+    """LRU of prompt-block hashes. A block's hash covers every block before it (vLLM's
+    chained block hash), so a hit always means the whole prefix up to it matches."""
+
+    def __init__(self, block_size: int, capacity_blocks: int) -> None:
+        self.block_size = block_size
+        self.capacity = capacity_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def _hashes(self, tokens: list[str]) -> Iterable[int]:
+        parent = 0
+        for start in range(0, len(tokens) - self.block_size + 1, self.block_size):
+            parent = hash((parent, tuple(tokens[start : start + self.block_size])))
+            yield parent
+
+    def lookup(self, tokens: list[str]) -> int:
+        """Cached tokens at the start of ``tokens``; the last token is always computed (its
+        logits give the next token), as in vLLM."""
+        hit = 0
+        for h in self._hashes(tokens[:-1]):
+            if h not in self._blocks:
+                break
+            self._blocks.move_to_end(h)
+            hit += self.block_size
+        return hit
+
+    def insert(self, tokens: list[str]) -> None:
+        for h in self._hashes(tokens):
+            self._blocks[h] = None
+            self._blocks.move_to_end(h)
+        while len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
+
+
+class Engine:
+    """One engine (one model, one data-parallel rank)."""
+
+    def __init__(self, model: str, dp_rank: int, config: EngineConfig, observer: Observer):
+        self.model = model
+        self.dp_rank = dp_rank
+        self.config = config
+        self.observer = observer
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.cache = PrefixCache(config.block_size, config.kv_blocks)
+        self.iteration = 0
+        #: Recent per-step records, as trtllm-serve's /metrics returns (drained on read).
+        self.iteration_stats: deque[dict[str, Any]] = deque(maxlen=1000)
+        self._admissions = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # --- lifecycle ------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=f"engine-{self.model}-{self.dp_rank}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for seq in [*self.waiting, *self.running]:
+            self.abort(seq, "abort")
+
+    # --- requests -------------------------------------------------------------------
+    def submit(self, seq: Sequence) -> None:
+        seq.queued_ts = time.monotonic()
+        self.waiting.append(seq)
+        self._wake.set()
+
+    def abort(self, seq: Sequence, reason: str) -> None:
+        """End a request early (client gone, stream fault, shutdown); frees its KV."""
+        if seq.finish_reason is not None:
+            return
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        seq.finish_reason = reason
+        self.observer.aborted(seq)
+        # Ends a handler still waiting on this request (shutdown); others ignore it.
+        seq.events.put_nowait(Output((), time.monotonic(), reason))
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Re-run scheduling now (after a config change that may admit more)."""
+        self._wake.set()
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    # --- KV accounting --------------------------------------------------------------
+    def _blocks(self, tokens: int) -> int:
+        return math.ceil(tokens / self.config.block_size)
+
+    def _need(self, seq: Sequence) -> int:
+        if seq.prefilling:
+            return self._blocks(seq.prefill_target + 1)
+        ahead = min(seq.faults.tokens_per_step, seq.limit - len(seq.output))
+        return self._blocks(len(seq.prompt) + len(seq.output) + ahead)
+
+    def used_blocks(self) -> int:
+        return sum(self._need(seq) for seq in self.running)
+
+    # --- the loop -------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug in the model must not silently freeze every stream.
+                log.exception("engine step failed", extra={"model": self.model})
+                await asyncio.sleep(0.1)
+
+    async def _step(self) -> None:
+        cfg = self.config
+        start = time.monotonic()
+        self._make_room()
+        self._admit(start)
+
+        budget = cfg.max_num_batched_tokens
+        decoding: list[tuple[Sequence, int]] = []
+        for seq in self.running:
+            if seq.prefilling or seq.ready_at > start:
+                continue
+            count = min(seq.faults.tokens_per_step, seq.limit - len(seq.output))
+            if count > budget:
+                break
+            budget -= count
+            decoding.append((seq, count))
+        prefill_tokens = 0
+        completing: list[Sequence] = []
+        for seq in self.running:
+            if budget <= 0:
+                break
+            if not seq.prefilling or seq.ready_at > start:
+                continue
+            take = min(seq.prefill_target - seq.computed, budget)
+            seq.computed += take
+            budget -= take
+            prefill_tokens += take
+            if not seq.prefilling:
+                completing.append(seq)
+
+        if not decoding and not prefill_tokens:
+            await self._idle(start)
+            return
+
+        duration = (
+            cfg.decode_step
+            + cfg.decode_step_per_seq * len(decoding)
+            + prefill_tokens / cfg.prefill_tps
+        )
+        # Sleep to an absolute deadline so event-loop latency doesn't accumulate.
+        await asyncio.sleep(max(0.0, start + duration - time.monotonic()))
+        end = time.monotonic()
+
+        self.iteration += 1
+        finished = 0
+        for seq in completing:
+            if seq.finish_reason is None:
+                self._prefilled(seq)
+                finished += self._emit(seq, 1, end)
+        for seq, count in decoding:
+            if seq.finish_reason is None:
+                finished += self._emit(seq, count, end)
+        self._record_iteration(
+            end - start, len(completing), len(decoding), prefill_tokens, finished
+        )
+
+    async def _idle(self, now: float) -> None:
+        """Nothing runnable: wait for a request, an abort, or a held sequence's ready time."""
+        self._wake.clear()
+        held = [s.ready_at for s in self.running if s.ready_at > now]
+        timeout = min(held) - now if held else None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _make_room(self) -> None:
+        capacity = self.config.kv_blocks
+        while self.running and self.used_blocks() > capacity:
+            victim = max(self.running, key=lambda s: s.admitted)
+            self.running.remove(victim)
+            victim.computed = 0
+            victim.prefill_target = 0
+            victim.preemptions += 1
+            self.waiting.appendleft(victim)
+            self.observer.preempted(victim)
+
+    def _admit(self, now: float) -> None:
+        cfg = self.config
+        used = self.used_blocks()
+        while self.waiting and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            tokens = seq.tokens()
+            need = self._blocks(len(tokens) + 1)
+            if used + need > cfg.kv_blocks:
+                break
+            self.waiting.popleft()
+            hit = self.cache.lookup(tokens) if cfg.prefix_caching else 0
+            seq.prefill_target = len(tokens)
+            seq.computed = hit
+            self._admissions += 1
+            seq.admitted = self._admissions
+            self.running.append(seq)
+            used += need
+            # Queries and hits count at every admission, re-admission after preemption
+            # included (vLLM does the same; vllm#25780).
+            self.observer.admitted(seq, len(tokens), hit)
+            if seq.scheduled_ts is None:
+                seq.scheduled_ts = now
+                seq.cached_tokens = hit
+                seq.ready_at = now + seq.faults.slow_first_token
+                seq.events.put_nowait(Scheduled(now))
+
+    def _prefilled(self, seq: Sequence) -> None:
+        if self.config.prefix_caching:
+            self.cache.insert(seq.tokens())
+        if not seq.prompt_counted:
+            seq.prompt_counted = True
+            self.observer.prompt_done(seq)
+
+    def _emit(self, seq: Sequence, count: int, now: float) -> bool:
+        """Deliver ``count`` new tokens; True if that finished the request."""
+        texts = tuple(seq.next_token() for _ in range(count))
+        seq.output.extend(texts)
+        seq.computed = len(seq.prompt) + len(seq.output)
+        seq.prefill_target = seq.computed
+        interval = None if seq.last_token_ts is None else now - seq.last_token_ts
+        if seq.first_token_ts is None:
+            seq.first_token_ts = now
+        seq.last_token_ts = now
+        self.observer.output(seq, count, interval)
+        f = seq.faults
+        if f.stall > 0 and not seq.stalled and len(seq.output) >= f.stall_after:
+            seq.stalled = True
+            seq.ready_at = now + f.stall
+        reason = None
+        if len(seq.output) >= seq.max_tokens:
+            reason = "length"
+        elif len(seq.output) >= seq.stop_after:
+            reason = "stop"
+        if reason is not None:
+            self.running.remove(seq)
+            seq.finish_reason = reason
+            if self.config.prefix_caching:
+                self.cache.insert(seq.tokens())
+            self.observer.finished(seq)
+        seq.events.put_nowait(Output(texts, now, reason))
+        return reason is not None
+
+    def _record_iteration(
+        self, duration: float, context: int, generation: int, ctx_tokens: int, finished: int
+    ) -> None:
+        # Field names as trtllm-serve's IterationStats JSON; only the ones this model has.
+        used = self.used_blocks()
+        self.iteration_stats.append(
+            {
+                "iter": self.iteration,
+                "iterLatencyMS": round(duration * 1000, 3),
+                "numActiveRequests": len(self.running),
+                "numQueuedRequests": len(self.waiting),
+                "numCompletedRequests": finished,
+                "maxNumActiveRequests": self.config.max_num_seqs,
+                "kvCacheStats": {
+                    "maxNumBlocks": self.config.kv_blocks,
+                    "usedNumBlocks": used,
+                    "freeNumBlocks": max(0, self.config.kv_blocks - used),
+                    "tokensPerBlock": self.config.block_size,
+                },
+                "inflightBatchingStats": {
+                    "numContextRequests": context,
+                    "numGenRequests": generation,
+                    "numScheduledRequests": context + generation,
+                    "numCtxTokens": ctx_tokens,
+                },
+            }
+        )

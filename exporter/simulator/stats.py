@@ -1,0 +1,224 @@
+"""What the simulated engines did, kept in the exporter's normalized terms.
+
+State is keyed by the normalized family (exporter.metrics) and the normalized labels the
+engine itself knows (``model``, ``dp_rank``, ``finished_reason``); render.py turns it into
+each engine's own exposition through the mapping table, so no engine metric name is written
+here. Histogram bucket bounds are the engines' defaults: facts about the engines being
+imitated, not metric names, so they live in this module.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from exporter import metrics as m
+from exporter.simulator.engine import FINISH_REASONS, Engine, Sequence
+
+Labels = tuple[tuple[str, str], ...]
+
+# --- default buckets of the imitated engines (engine-metrics.md sections 1.4, 3.3, 4.1) ---
+VLLM_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+             7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+VLLM_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+            10.0, 20.0, 40.0, 80.0)
+VLLM_REQUEST = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TRTLLM_PREFILL = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+                  40.0, 80.0, 160.0, 640.0, 2560.0)
+SGLANG_TTFT = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0,
+               100.0, 200.0, 400.0)
+SGLANG_E2E = (*SGLANG_TTFT, 600.0, 1200.0, 1800.0, 2400.0)
+SGLANG_ITL = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
+              0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
+SGLANG_QUEUE = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0,
+                15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 200.0, 300.0,
+                400.0, 500.0, 600.0, 700.0, 800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0,
+                1800.0, 2000.0, 2500.0, 3000.0)
+
+_VLLM = {
+    m.ENGINE_TTFT.name: VLLM_TTFT,
+    m.ENGINE_ITL.name: VLLM_ITL,
+    m.ENGINE_E2E.name: VLLM_REQUEST,
+    m.ENGINE_QUEUE_TIME.name: VLLM_REQUEST,
+    m.ENGINE_PREFILL_TIME.name: VLLM_REQUEST,
+    m.ENGINE_DECODE_TIME.name: VLLM_REQUEST,
+}
+BUCKETS: dict[str, dict[str, tuple[float, ...]]] = {
+    "vllm": _VLLM,
+    "vllm-legacy": _VLLM,
+    "trtllm": {**_VLLM, m.ENGINE_PREFILL_TIME.name: TRTLLM_PREFILL},
+    "triton": _VLLM,
+    "sglang": {
+        **_VLLM,
+        m.ENGINE_TTFT.name: SGLANG_TTFT,
+        m.ENGINE_ITL.name: SGLANG_ITL,
+        m.ENGINE_E2E.name: SGLANG_E2E,
+        m.ENGINE_QUEUE_TIME.name: SGLANG_QUEUE,
+    },
+}
+#: SGLang spreads a multi-token output over its tokens: the bucket of interval/n gains n and
+#: the sum gains the interval, so _count counts tokens (collector.py, engine-metrics.md 3.3).
+PER_TOKEN_ITL = {"sglang"}
+
+
+@dataclass
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[float] = field(default_factory=list)
+    sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0.0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, weight: float = 1.0, total: float | None = None) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += weight
+        self.sum += value * weight if total is None else total
+
+    @property
+    def count(self) -> float:
+        return sum(self.counts)
+
+    def cumulative(self) -> Iterator[tuple[float, float]]:
+        """(upper bound, cumulative count), ending with +Inf."""
+        running = 0.0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            yield bound, running
+
+
+Value = float | Histogram
+
+
+class Store:
+    """Normalized family name -> normalized labels -> value."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, dict[Labels, Value]] = {}
+
+    def series(self, name: str) -> dict[Labels, Value]:
+        return self.families.get(name, {})
+
+    def _slot(self, name: str) -> dict[Labels, Value]:
+        return self.families.setdefault(name, {})
+
+    def add(self, family: m.Family, labels: Labels, value: float = 1.0) -> None:
+        slot = self._slot(family.name)
+        current = slot.get(labels, 0.0)
+        assert isinstance(current, float)
+        slot[labels] = current + value
+
+    def set(self, family: m.Family, labels: Labels, value: float) -> None:
+        self._slot(family.name)[labels] = float(value)
+
+    def histogram(self, name: str, labels: Labels, bounds: tuple[float, ...]) -> Histogram:
+        slot = self._slot(name)
+        hist = slot.get(labels)
+        if not isinstance(hist, Histogram):
+            hist = slot[labels] = Histogram(bounds)
+        return hist
+
+
+def labels_of(model: str, dp_rank: int, **extra: str) -> Labels:
+    return tuple(sorted({"model": model, "dp_rank": str(dp_rank), **extra}.items()))
+
+
+COUNTERS = (
+    m.ENGINE_PROMPT_TOKENS,
+    m.ENGINE_GENERATION_TOKENS,
+    m.ENGINE_PREFIX_CACHE_QUERIES,
+    m.ENGINE_PREFIX_CACHE_HITS,
+    m.ENGINE_PREEMPTIONS,
+    m.ENGINE_QUEUE_DURATION,
+    m.ENGINE_REQUEST_DURATION,
+    m.ENGINE_COMPUTE_DURATION,
+    m.ENGINE_REQUESTS_SUCCEEDED,
+    m.ENGINE_REQUESTS_FAILED,
+)
+HISTOGRAMS = (
+    m.ENGINE_TTFT,
+    m.ENGINE_ITL,
+    m.ENGINE_E2E,
+    m.ENGINE_QUEUE_TIME,
+    m.ENGINE_PREFILL_TIME,
+    m.ENGINE_DECODE_TIME,
+)
+
+
+class EngineStats:
+    """One engine's observer (engine.Observer): its facts, as normalized families."""
+
+    def __init__(self, store: Store, fmt: str, model: str, dp_rank: int) -> None:
+        self.store = store
+        self.labels = labels_of(model, dp_rank)
+        self._buckets = BUCKETS[fmt]
+        self._per_token_itl = fmt in PER_TOKEN_ITL
+        self._model = model
+        self._dp_rank = dp_rank
+        # Every series exists from the start, as vLLM creates them per engine at init: a
+        # scrape before the first request sees zeros, not absence.
+        for family in COUNTERS:
+            store.add(family, self.labels, 0.0)
+        for reason in FINISH_REASONS:
+            store.add(m.ENGINE_REQUESTS_FINISHED, self._reason(reason), 0.0)
+        for family in HISTOGRAMS:
+            self._hist(family)
+
+    def _reason(self, reason: str) -> Labels:
+        return labels_of(self._model, self._dp_rank, finished_reason=reason)
+
+    def _hist(self, family: m.Family) -> Histogram:
+        return self.store.histogram(family.name, self.labels, self._buckets[family.name])
+
+    # --- engine.Observer ------------------------------------------------------------
+    def admitted(self, seq: Sequence, queried: int, hit: int) -> None:
+        self.store.add(m.ENGINE_PREFIX_CACHE_QUERIES, self.labels, queried)
+        self.store.add(m.ENGINE_PREFIX_CACHE_HITS, self.labels, hit)
+
+    def preempted(self, seq: Sequence) -> None:
+        self.store.add(m.ENGINE_PREEMPTIONS, self.labels)
+
+    def prompt_done(self, seq: Sequence) -> None:
+        self.store.add(m.ENGINE_PROMPT_TOKENS, self.labels, len(seq.prompt))
+
+    def output(self, seq: Sequence, count: int, interval: float | None) -> None:
+        self.store.add(m.ENGINE_GENERATION_TOKENS, self.labels, count)
+        if interval is None:
+            assert seq.first_token_ts is not None
+            self._hist(m.ENGINE_TTFT).observe(seq.first_token_ts - seq.arrival)
+        elif self._per_token_itl:
+            self._hist(m.ENGINE_ITL).observe(interval / count, weight=count, total=interval)
+        else:
+            self._hist(m.ENGINE_ITL).observe(interval)
+
+    def finished(self, seq: Sequence) -> None:
+        assert seq.scheduled_ts is not None and seq.first_token_ts is not None
+        assert seq.last_token_ts is not None and seq.finish_reason is not None
+        e2e = seq.last_token_ts - seq.arrival
+        queue = seq.scheduled_ts - seq.queued_ts
+        inference = seq.last_token_ts - seq.scheduled_ts
+        self._hist(m.ENGINE_E2E).observe(e2e)
+        self._hist(m.ENGINE_QUEUE_TIME).observe(queue)
+        self._hist(m.ENGINE_PREFILL_TIME).observe(seq.first_token_ts - seq.scheduled_ts)
+        self._hist(m.ENGINE_DECODE_TIME).observe(seq.last_token_ts - seq.first_token_ts)
+        self.store.add(m.ENGINE_REQUESTS_FINISHED, self._reason(seq.finish_reason))
+        self.store.add(m.ENGINE_REQUESTS_SUCCEEDED, self.labels)
+        self.store.add(m.ENGINE_QUEUE_DURATION, self.labels, queue)
+        self.store.add(m.ENGINE_REQUEST_DURATION, self.labels, e2e)
+        self.store.add(m.ENGINE_COMPUTE_DURATION, self.labels, inference)
+
+    def aborted(self, seq: Sequence) -> None:
+        # Only finished_reason counts: vLLM's latency histograms describe completed requests.
+        assert seq.finish_reason is not None
+        self.store.add(m.ENGINE_REQUESTS_FINISHED, self._reason(seq.finish_reason))
+        self.store.add(m.ENGINE_REQUESTS_FAILED, self.labels)
+
+    # --- gauges, sampled at scrape time -----------------------------------------------
+    def sample(self, engine: Engine) -> None:
+        self.store.set(m.ENGINE_REQUESTS_RUNNING, self.labels, len(engine.running))
+        self.store.set(m.ENGINE_REQUESTS_WAITING, self.labels, len(engine.waiting))
+        self.store.set(
+            m.ENGINE_KV_CACHE_USAGE, self.labels, engine.used_blocks() / engine.config.kv_blocks
+        )

@@ -20,14 +20,31 @@ def metrics(port: int) -> str:
     return body if status == 200 else ""
 
 
+def runs(body: str, check: str) -> float:
+    prefix = f'llm_exporter_check_runs_total{{check="{check}",outcome="success"}} '
+    for line in body.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix):])
+    return 0.0
+
+
 def test_sighup_keeps_old_config_on_error_and_applies_good_one(
     tmp_path: Path, spawn: Callable[..., Proc]
 ) -> None:
+    sim = free_port()
+    spawn(exporter_cmd("simulate", "--port", str(sim)))
+    wait_until(lambda: http_get(f"http://127.0.0.1:{sim}/v1/models")[0] == 200, what="simulator")
+    engine = f"url: 'http://127.0.0.1:{sim}/metrics', interval: 200ms"
     port = free_port()
     cfg = tmp_path / "config.yaml"
-    write(cfg, port, "peak_windows:\n  windows: {evening: {start: '20:00', end: '23:00'}}\n")
+    write(
+        cfg,
+        port,
+        "peak_windows:\n  windows: {evening: {start: '20:00', end: '23:00'}}\n"
+        f"engines:\n  - {{name: old, {engine}}}\n",
+    )
     proc = spawn(exporter_cmd("run", "--config", str(cfg)))
-    wait_until(lambda: "llm_exporter_peak_window" in metrics(port), what="exporter up")
+    wait_until(lambda: runs(metrics(port), "engine/old") >= 1, what="old check running")
 
     cfg.write_text(cfg.read_text() + "peak_windows_typo: 1\n")
     proc.signal(signal.SIGHUP)
@@ -38,18 +55,24 @@ def test_sighup_keeps_old_config_on_error_and_applies_good_one(
     body = metrics(port)
     assert 'llm_exporter_peak_window{window="evening"}' in body
     assert "llm_exporter_config_last_reload_successful 0.0" in body
+    # The old checks keep serving after the failed reload.
+    before = runs(body, "engine/old")
+    wait_until(lambda: runs(metrics(port), "engine/old") >= before + 3, what="old check still running")
     log = proc.output()
     # The same words check-config prints, with path and line.
-    assert "peak_windows_typo (line 4): unknown key 'peak_windows_typo'" in log
+    assert "peak_windows_typo (line 6): unknown key 'peak_windows_typo'" in log
 
-    write(cfg, port, "peak_windows:\n  windows: {lunch: {start: '12:00', end: '13:30'}}\n")
-    proc.signal(signal.SIGHUP)
-    wait_until(
-        lambda: 'llm_exporter_peak_window{window="lunch"}' in metrics(port),
-        what="new config applied",
+    write(
+        cfg,
+        port,
+        "peak_windows:\n  windows: {lunch: {start: '12:00', end: '13:30'}}\n"
+        f"engines:\n  - {{name: new, {engine}}}\n",
     )
+    proc.signal(signal.SIGHUP)
+    wait_until(lambda: runs(metrics(port), "engine/new") >= 1, what="new check running")
     body = metrics(port)
-    assert 'window="evening"' not in body
+    assert 'llm_exporter_peak_window{window="lunch"}' in body
+    assert 'window="evening"' not in body and "engine/old" not in body
     assert 'llm_exporter_config_reloads_total{outcome="success"} 1.0' in body
     assert "llm_exporter_config_last_reload_successful 1.0" in body
 

@@ -6,11 +6,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages the test suite drives for real (promtool, Prometheus, Alertmanager, netns).
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2
+# systemd: systemd-analyze verifies the unit in deploy/systemd.
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2 nftables systemd
 DEMO_CONFIG ?= deploy/demo.yaml
 SIM_PORT ?= 8800
 
-.PHONY: run test lint typecheck pytest install install-test system-deps check-python clean
+.PHONY: run test lint typecheck pytest install install-test system-deps check-python clean generate
+.PHONY: stack stack-down docker-lock
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python 3.11+ is required; run make PYTHON=python3.11 ...")'
@@ -61,6 +63,26 @@ pytest: install-test system-deps
 	$(BIN)/pytest
 
 test: lint typecheck pytest
+
+# Refresh the committed rules, Alertmanager template and dashboards after changing
+# config.example.yaml, exporter/rules.py or exporter/grafana.py (a test fails while stale).
+generate: install
+	$(BIN)/llm-latency-exporter generate --config config.example.yaml --out alerts --dashboards dashboards
+	$(BIN)/python -m exporter.prometheusrule --rules alerts/rules --out deploy/kubernetes/prometheusrule.yaml
+
+# Prometheus, Alertmanager (Debian binaries), the exporter, the engine simulator and a
+# webhook sink on 127.0.0.1, data in a temporary directory; for machines without Docker.
+stack: install system-deps
+	$(BIN)/python -m exporter.stack up
+
+stack-down:
+	$(BIN)/python -m exporter.stack down
+
+# The image installs from this hash-pinned lock; regenerate it after changing dependencies.
+docker-lock: install
+	$(BIN)/pip install -q 'pip-tools>=7.4,<8'
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --all-build-deps --strip-extras \
+	  --no-emit-index-url --no-emit-find-links -o deploy/docker/requirements.txt pyproject.toml
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

@@ -101,9 +101,10 @@ AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
 
 def _extra_subcommands() -> list[Callable[[AddParser], None]]:
     """``register(add)`` functions of subcommands defined beside their code."""
+    from exporter import bench, generate
     from exporter.simulator import cli as simulator_cli
 
-    return [simulator_cli.register]
+    return [simulator_cli.register, bench.register, generate.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

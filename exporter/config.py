@@ -138,6 +138,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
 
+#: Validation context key: False leaves {env}/{file} references unread (SecretRef.value()
+#: is then empty), for commands such as generate that never use the secrets.
+RESOLVE_SECRETS = "resolve_secrets"
+
+
 class SecretRef(_Model):
     """A secret given by reference: ``{env: NAME}`` or ``{file: PATH}``, never inline."""
 
@@ -156,9 +161,11 @@ class SecretRef(_Model):
         return data
 
     @model_validator(mode="after")
-    def _resolve(self) -> SecretRef:
+    def _resolve(self, info: ValidationInfo) -> SecretRef:
         if (self.env is None) == (self.file is None):
             raise PydanticCustomError("secret_ref", "give exactly one of env: NAME or file: PATH")
+        if isinstance(info.context, dict) and not info.context.get(RESOLVE_SECRETS, True):
+            return self  # generate reads thresholds only; it needs no secret to exist here
         if self.env is not None:
             value = os.environ.get(self.env)
             if value is None:
@@ -312,6 +319,27 @@ class ProbeConfig(_Model):
     prompt_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 4000
     timeouts: ProbeTimeouts = ProbeTimeouts()
     slo: SloOverride = SloOverride()
+    # Safety limits, applied per endpoint (host:port); probes sharing an endpoint get the
+    # strictest of their values.
+    max_concurrency: Annotated[int, Field(ge=1, le=64)] = 2
+    min_spacing: Duration = 0.5
+    max_response_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    # PEM bundle of the CAs to trust for an https endpoint behind a private CA.
+    ca_file: str | None = None
+    # What the probe's requests cross, as labels on its series: the paths.carriers key its
+    # traffic rides and the engines[].name that serves it. Alertmanager needs them to let a
+    # carrier's loss mute this probe's latency alerts and an engine-down mute its failures.
+    carrier: Name | None = None
+    engine: Name | None = None
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise PydanticCustomError(
+                "ca_file", "expected an existing PEM file, got {v}", {"v": repr(value)}
+            )
+        return value
 
 
 class PathTarget(_Model):
@@ -338,10 +366,51 @@ class PathsConfig(_Model):
     spacing: Duration = 0.2
     timeout: Duration = 2.0
     route_interval: Duration = 600.0
+    # Files, relative to the config file: carriers merged in (deploy/carriers-cn.yaml), and a
+    # route table extending or replacing exporter/data/routes-cn.yaml.
+    include: str | None = None
+    route_table: str | None = None
     carriers: dict[Name, list[PathTarget]] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _unique(self) -> PathsConfig:
+        for carrier, targets in self.carriers.items():
+            _require_unique([t.name for t in targets], f"carrier {carrier} target")
+        return self
+
+    @model_validator(mode="after")
+    def _burst_fits(self) -> PathsConfig:
+        # The scheduler cancels a run at its interval, so a longer burst could never finish.
+        longest = (self.burst - 1) * self.spacing + self.timeout
+        if longest >= self.interval:
+            raise PydanticCustomError(
+                "burst",
+                "a burst takes up to {t} ((burst - 1) x spacing + timeout), which must be less"
+                " than interval {i}",
+                {"t": format_duration(longest), "i": format_duration(self.interval)},
+            )
+        return self
+
+    @field_validator("route_table")
+    @classmethod
+    def _route_table(cls, value: str | None) -> str | None:
+        from exporter.routes import RouteTableError, load_table
+
+        if value is not None:
+            try:
+                load_table(value)
+            except RouteTableError as exc:
+                raise PydanticCustomError("route_table", "{err}", {"err": str(exc)}) from None
+        return value
+
+
+class PathsInclude(_Model):
+    """A ``paths.include`` file: carriers only, in the shape of ``paths.carriers``."""
+
+    carriers: dict[Name, list[PathTarget]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> PathsInclude:
         for carrier, targets in self.carriers.items():
             _require_unique([t.name for t in targets], f"carrier {carrier} target")
         return self
@@ -359,6 +428,44 @@ class AlertingConfig(_Model):
     )
     # Evening P95 over the same day's off-peak baseline above this ratio pages as drift.
     peak_drift_ratio: Annotated[float, Field(gt=1)] = 1.5
+    # The off-peak baseline is the true P95 (or loss) of the off-peak time inside this
+    # window before now: 12h seen from the evening reaches back over the same day.
+    baseline_window: Duration = 12 * 3600.0
+    # A loss ratio of tiny numbers is noise: loss drift needs at least this much peak loss.
+    peak_drift_min_loss_ratio: Ratio = 0.01
+    # Engine time spent queued above this share is capacity-bound; prefill + decode above
+    # 1 - this while engine latency is over the SLO is compute-bound.
+    queue_share_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.25
+    kv_cache_usage_ratio: Ratio = 0.95
+    gpu_memory_ratio: Ratio = 0.97
+    # A gap between tokens this long is a stall a user notices.
+    stall_seconds: Duration = 2.0
+    # Route classes best first; a target whose class moves down this list alerts.
+    route_class_order: list[Name] = Field(
+        default_factory=lambda: [
+            "cn2_gia", "ctgnet", "cu_9929", "cmin2", "cn2_gt", "cmi", "cu_4837",
+            "chinanet_163", "cmnet", "other",
+        ]
+    )
+    # Warnings are held back in these local hours (peak_windows.timezone); pages are not.
+    quiet_hours: PeakWindow | None = PeakWindow(start=dt.time(0), end=dt.time(8))
+
+    @field_validator("baseline_window")
+    @classmethod
+    def _whole_minutes(cls, value: float) -> float:
+        # Prometheus range selectors take whole units; a baseline under an hour is no baseline.
+        if value % 60 or not 3600 <= value <= 7 * 86400:
+            raise PydanticCustomError(
+                "duration", "expected whole minutes from 1h to 7d, got {v}",
+                {"v": format_duration(value)},
+            )
+        return value
+
+    @field_validator("route_class_order")
+    @classmethod
+    def _unique_classes(cls, value: list[str]) -> list[str]:
+        _require_unique(value, "route class")
+        return value
 
 
 class Config(_Model):
@@ -378,6 +485,25 @@ class Config(_Model):
     ) -> Any:
         _require_unique([item.name for item in value], str(info.field_name).rstrip("s"))
         return value
+
+    @model_validator(mode="after")
+    def _probe_references(self) -> Config:
+        # A misspelt name would not fail anywhere else: the inhibition would just never match.
+        engines = {e.name for e in self.engines}
+        carriers = set(self.paths.carriers) if self.paths is not None else set()
+        for i, probe in enumerate(self.probes):
+            for key, value, known, where in (
+                ("engine", probe.engine, engines, "engines[].name"),
+                ("carrier", probe.carrier, carriers, "paths.carriers"),
+            ):
+                if value is not None and value not in known:
+                    raise PydanticCustomError(
+                        "reference",
+                        "probes[{i}].{key}: {v} is not one of {where} ({known})",
+                        {"i": i, "key": key, "v": repr(value), "where": where,
+                         "known": ", ".join(sorted(known)) or "none configured"},
+                    )
+        return self
 
 
 def _require_unique(names: list[str], what: str) -> None:
@@ -515,6 +641,8 @@ def _describe(err: Mapping[str, Any], path: YamlPath) -> str:
             "window",
             "port",
             "duplicate",
+            "burst",
+            "route_table",
         )
     )
     value = err.get("input")
@@ -523,28 +651,91 @@ def _describe(err: Mapping[str, Any], path: YamlPath) -> str:
     return msg[0].lower() + msg[1:] if msg else msg
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
+def load_config(path: str | os.PathLike[str], resolve_secrets: bool = True) -> Config:
     """Read and validate ``path``; raise ConfigError with one line per problem."""
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{name}: cannot read config: {exc.strerror or exc}"]) from None
-    return parse_config(text, name)
+    return parse_config(text, name, resolve_secrets)
 
 
-def parse_config(text: str, name: str = "config") -> Config:
+def _compose_named(text: str, name: str) -> tuple[Any, dict[YamlPath, int]]:
     try:
-        data, lines = _compose(text)
+        return _compose(text)
     except ConfigError as exc:
         sep = {True: " ", False: ": "}
         raise ConfigError([f"{name}{sep[m.startswith('(')]}{m}" for m in exc.messages]) from None
+
+
+def parse_config(text: str, name: str = "config", resolve_secrets: bool = True) -> Config:
+    data, lines = _compose_named(text, name)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([f"{name} (line 1): expected a mapping of sections at the top level"])
+    _paths_files(data, lines, name)
+    return _validate(Config, data, lines, name, {RESOLVE_SECRETS: resolve_secrets})
+
+
+def _paths_files(data: dict[str, Any], lines: dict[YamlPath, int], name: str) -> None:
+    """Resolve the file keys of ``paths`` against the config's folder; merge ``include``.
+
+    Problems inside the included file name that file and its line, then where it was
+    included; a target name it shares with the config's own carrier is refused.
+    """
+    paths = data.get("paths")
+    if not isinstance(paths, dict):
+        return
+    for key in ("include", "route_table"):
+        if isinstance(paths.get(key), str):
+            paths[key] = str(Path(name).parent / paths[key])
+    include = paths.get("include")
+    if not isinstance(include, str):
+        return  # absent, or a wrong type the model reports
+    origin = f"included by {name} line {lines.get(('paths', 'include'))}"
     try:
-        return Config.model_validate(data)
+        text = Path(include).read_text(encoding="utf-8")
+    except OSError as exc:
+        line = lines.get(("paths", "include"))
+        raise ConfigError(
+            [f"{name}: paths.include (line {line}): cannot read {include}: {exc.strerror or exc}"]
+        ) from None
+    try:
+        inc_data, inc_lines = _compose_named(text, include)
+        extra = _validate(PathsInclude, inc_data or {}, inc_lines, include)
+    except ConfigError as exc:
+        raise ConfigError([f"{m} ({origin})" for m in exc.messages]) from None
+    carriers = paths.setdefault("carriers", {})
+    if not isinstance(carriers, dict):
+        return
+    for carrier, targets in extra.carriers.items():
+        own = carriers.setdefault(carrier, [])
+        if not isinstance(own, list):
+            return
+        names = {t.get("name") for t in own if isinstance(t, dict)}
+        for i, target in enumerate(targets):
+            if target.name in names:
+                raise ConfigError(
+                    [
+                        f"{include}: carriers.{carrier}[{i}] (line"
+                        f" {inc_lines.get(('carriers', carrier, i))}): target name"
+                        f" {target.name!r} is also in paths.carriers.{carrier} ({origin})"
+                    ]
+                )
+            own.append(target.model_dump(exclude_none=True))
+
+
+_M = typing.TypeVar("_M", bound=BaseModel)
+
+
+def _validate(
+    model: type[_M], data: Any, lines: dict[YamlPath, int], name: str,
+    context: dict[str, Any] | None = None,
+) -> _M:
+    try:
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         messages = []
         for err in exc.errors():

@@ -157,6 +157,353 @@ EXPORTER_CONFIG_LAST_RELOAD_SUCCESSFUL = _def(
     "1 if the last config load or reload succeeded, 0 if it failed and the old config runs.",
 )
 
+# --- gpu (NVML) ---------------------------------------------------------------------------
+# Read by exporter/checks/gpu.py. Per-GPU series carry `gpu` (NVML index), `uuid` and `name`.
+# A value NVML does not provide for a GPU (NotSupported, FunctionNotFound on an old driver,
+# no permission) is absent for that GPU, never 0; while llm_gpu_nvml_up is 0 every other
+# llm_gpu_* series is absent. docs/gpu.md explains utilization vs bandwidth.
+GPU_LABELS = ("gpu", "uuid", "name")
+
+GPU_NVML_UP = _def(
+    "llm_gpu_nvml_up",
+    Kind.GAUGE,
+    "1 while the NVML library is loaded and initialized; 0 when it cannot be (no driver, "
+    "no libnvidia-ml.so.1, driver restarting). While 0 the other llm_gpu_* series are absent.",
+    section="gpu",
+)
+GPU_INFO = _def(
+    "llm_gpu_info",
+    Kind.GAUGE,
+    "Always 1 while NVML is up; labels carry the driver version and the CUDA version the "
+    "driver supports (e.g. 12.4; empty if NVML does not report it).",
+    ("driver_version", "cuda_version"),
+    section="gpu",
+)
+GPU_UP = _def(
+    "llm_gpu_up",
+    Kind.GAUGE,
+    "1 while the GPU answers NVML; 0 after it was lost (fell off the bus, needs a reset). "
+    "While 0 its data series are absent (XID counts stay); it returns to 1 when NVML sees "
+    "the GPU again.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_UTILIZATION = _def(
+    "llm_gpu_utilization_ratio",
+    Kind.GAUGE,
+    "Fraction of NVML's last sample period (1/6 s to 1 s by product) during which one or more "
+    "kernels was running on the GPU. Not how busy the SMs are: one small kernel running all "
+    "the time reads 1. See llm_gpu_sm_active_ratio (Hopper and newer).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_MEMORY_CONTROLLER_BUSY = _def(
+    "llm_gpu_memory_controller_busy_ratio",
+    Kind.GAUGE,
+    "Fraction of NVML's last sample period during which device memory was being read or "
+    "written. A duty cycle, not a share of bandwidth: see "
+    "llm_gpu_dram_bandwidth_utilization_ratio (Hopper and newer).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_MEMORY_USED = _def(
+    "llm_gpu_memory_used_bytes",
+    Kind.GAUGE,
+    "Device memory allocated by processes. With drivers before 510 (no memory info v2) it "
+    "includes the driver-reserved memory.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_MEMORY_TOTAL = _def(
+    "llm_gpu_memory_total_bytes",
+    Kind.GAUGE,
+    "Installed device memory.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_MEMORY_RESERVED = _def(
+    "llm_gpu_memory_reserved_bytes",
+    Kind.GAUGE,
+    "Device memory reserved by the driver and firmware (NVML memory info v2, driver 510+); "
+    "total = used + reserved + free.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_POWER = _def(
+    "llm_gpu_power_watts",
+    Kind.GAUGE,
+    "Board power draw: a 1 s average on Ampere (except A100) and newer, instantaneous on "
+    "older GPUs.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_POWER_LIMIT = _def(
+    "llm_gpu_power_limit_watts",
+    Kind.GAUGE,
+    "Power limit the driver enforces (the lowest of the configured and board limits).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_ENERGY = _def(
+    "llm_gpu_energy_joules_total",
+    Kind.COUNTER,
+    "Energy consumed since the driver was loaded (Volta and newer); resets on driver reload.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_TEMPERATURE = _def(
+    "llm_gpu_temperature_celsius",
+    Kind.GAUGE,
+    "GPU die temperature.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_SM_CLOCK = _def(
+    "llm_gpu_sm_clock_hertz",
+    Kind.GAUGE,
+    "Current SM clock.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_MEMORY_CLOCK = _def(
+    "llm_gpu_memory_clock_hertz",
+    Kind.GAUGE,
+    "Current memory clock.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_PCIE_RX = _def(
+    "llm_gpu_pcie_rx_bytes_per_second",
+    Kind.GAUGE,
+    "PCIe traffic into the GPU, measured by NVML over a 20 ms window at sampling time.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_PCIE_TX = _def(
+    "llm_gpu_pcie_tx_bytes_per_second",
+    Kind.GAUGE,
+    "PCIe traffic out of the GPU, measured by NVML over a 20 ms window at sampling time.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_CLOCK_EVENT = _def(
+    "llm_gpu_clock_event_active",
+    Kind.GAUGE,
+    "1 while the named reason holds clocks below their maximum, else 0: gpu_idle, "
+    "clocks_setting, power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, "
+    "hw_power_brake, display_clocks.",
+    (*GPU_LABELS, "reason"),
+    section="gpu",
+)
+GPU_XID_ERRORS = _def(
+    "llm_gpu_xid_errors_total",
+    Kind.COUNTER,
+    "XID critical errors reported by the driver while the exporter was subscribed, by XID "
+    "number (999: unknown). A series appears with its first event.",
+    (*GPU_LABELS, "xid"),
+    section="gpu",
+)
+GPU_ECC_ERRORS = _def(
+    "llm_gpu_ecc_errors_total",
+    Kind.COUNTER,
+    "Device-memory ECC errors since the driver was loaded, by type: corrected (single-bit) "
+    "or uncorrected (double-bit). Absent on GPUs without ECC or with it disabled.",
+    (*GPU_LABELS, "type"),
+    section="gpu",
+)
+GPU_DRAM_BANDWIDTH_UTILIZATION = _def(
+    "llm_gpu_dram_bandwidth_utilization_ratio",
+    Kind.GAUGE,
+    "Achieved DRAM bandwidth over the GPU's theoretical peak, averaged between two samples "
+    "one check interval apart (NVML GPM; Hopper and newer, absent on older GPUs).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_SM_ACTIVE = _def(
+    "llm_gpu_sm_active_ratio",
+    Kind.GAUGE,
+    "Fraction of SMs that were busy between two samples one check interval apart (NVML GPM "
+    "SM_UTIL; Hopper and newer).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_SM_OCCUPANCY = _def(
+    "llm_gpu_sm_occupancy_ratio",
+    Kind.GAUGE,
+    "Resident warps over the theoretical maximum, between two samples one check interval "
+    "apart (NVML GPM; Hopper and newer).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_TENSOR_ACTIVE = _def(
+    "llm_gpu_tensor_active_ratio",
+    Kind.GAUGE,
+    "Fraction of time the SMs were running any tensor-core instruction, between two samples "
+    "one check interval apart (NVML GPM; Hopper and newer).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_MEMORY_BANDWIDTH = _def(
+    "llm_gpu_memory_bandwidth_bytes_per_second",
+    Kind.GAUGE,
+    "Achieved DRAM bandwidth: llm_gpu_dram_bandwidth_utilization_ratio times the peak. "
+    "`peak_source` says where the peak came from: spec (a table of datasheet values) or "
+    "clock_x_bus_width (computed from NVML, can read a few percent above the datasheet).",
+    (*GPU_LABELS, "peak_source"),
+    section="gpu",
+)
+GPU_MEMORY_BANDWIDTH_PEAK = _def(
+    "llm_gpu_memory_bandwidth_peak_bytes_per_second",
+    Kind.GAUGE,
+    "Theoretical peak DRAM bandwidth of the GPU (the divisor for memory-bandwidth "
+    "utilization, MBU); `peak_source` as for llm_gpu_memory_bandwidth_bytes_per_second.",
+    (*GPU_LABELS, "peak_source"),
+    section="gpu",
+)
+GPU_PROCESS_MEMORY = _def(
+    "llm_gpu_process_memory_bytes",
+    Kind.GAUGE,
+    "Device memory used by each compute process, the 16 largest per GPU; `process` is the "
+    "executable name (empty when NVML cannot see it, e.g. another PID namespace).",
+    (*GPU_LABELS, "pid", "process"),
+    section="gpu",
+)
+
+# --- synthetic streaming probes --------------------------------------------------------
+# Definitions in exporter/stream.py and docs/metrics.md ("Probe metrics"). Latency bounds
+# step through 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8 per decade, so neighbouring bounds differ
+# by at most 4/3: histogram_quantile() places a P95 inside a bucket that narrow anywhere from
+# 50 ms to 60 s (TTFT, E2E, stalls) and from 2 ms to 2 s (ITL, TPOT).
+_MANTISSAS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+
+def _steps(lo: float, hi: float) -> tuple[float, ...]:
+    values = (round(m * 10.0**e, 6) for e in range(-4, 3) for m in _MANTISSAS)
+    return tuple(v for v in values if lo <= v <= hi)
+
+
+PROBE_LATENCY_BUCKETS = (0.01, 0.025, *_steps(0.05, 60), 90.0, 120.0)
+PROBE_E2E_BUCKETS = (*PROBE_LATENCY_BUCKETS, 180.0, 300.0)
+# 0.5 ms catches gaps of ~0: chunks that arrived together (proxy buffering, coalescing).
+PROBE_ITL_BUCKETS = (0.0005, 0.001, *_steps(0.002, 2), 5.0)
+PROBE_PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                       5, 10)
+# `carrier` and `engine_target` are the probe's optional `carrier` and `engine` config keys
+# (empty, so absent in Prometheus, when unset): the labels alert inhibition joins on.
+# `engine_target` equals the `target` of that engine's llm_engine_* series.
+PROBE_LABELS = ("probe", "target", "profile", "carrier", "engine_target")
+
+PROBE_REQUESTS = _def(
+    "llm_probe_requests_total",
+    Kind.COUNTER,
+    "Probe requests by outcome: ok, timeout_connect, timeout_first_token, timeout_total, "
+    "http_4xx, http_5xx, rate_limited (429), connect_error, stream_reset (closed before "
+    "[DONE]), stream_error (error event in the stream), protocol_error (malformed SSE/JSON "
+    "or over the response size cap), empty (no token at all).",
+    (*PROBE_LABELS, "outcome"),
+    section="probe",
+)
+PROBE_TTFT = _def(
+    "llm_probe_time_to_first_token_seconds",
+    Kind.HISTOGRAM,
+    "Time from writing the request on an open connection to the first SSE event carrying "
+    "generated text (content, reasoning or tool calls; never a role-only, keep-alive or "
+    "usage-only chunk). Connection setup is in llm_probe_phase_seconds. ok probes only.",
+    PROBE_LABELS,
+    PROBE_LATENCY_BUCKETS,
+    section="probe",
+)
+PROBE_TTFC = _def(
+    "llm_probe_time_to_first_content_seconds",
+    Kind.HISTOGRAM,
+    "Time to the first event carrying answer content or tool calls, after any reasoning: "
+    "what a user sees first from a reasoning model. ok probes that got content only.",
+    PROBE_LABELS,
+    PROBE_LATENCY_BUCKETS,
+    section="probe",
+)
+PROBE_TPOT = _def(
+    "llm_probe_time_per_output_token_seconds",
+    Kind.HISTOGRAM,
+    "(E2E - TTFT) / (output tokens - 1), for ok probes with at least 2 output tokens; "
+    "tokens from usage.completion_tokens, else the chunk count.",
+    PROBE_LABELS,
+    PROBE_ITL_BUCKETS,
+    section="probe",
+)
+PROBE_ITL = _def(
+    "llm_probe_inter_token_latency_seconds",
+    Kind.HISTOGRAM,
+    "Gaps between consecutive token-bearing SSE events (per chunk, not per token: a chunk "
+    "with several tokens is one gap). ok probes only.",
+    PROBE_LABELS,
+    PROBE_ITL_BUCKETS,
+    section="probe",
+)
+PROBE_E2E = _def(
+    "llm_probe_e2e_latency_seconds",
+    Kind.HISTOGRAM,
+    "Time from writing the request to the last token-bearing event. ok probes only.",
+    PROBE_LABELS,
+    PROBE_E2E_BUCKETS,
+    section="probe",
+)
+PROBE_STALL = _def(
+    "llm_probe_stall_seconds",
+    Kind.HISTOGRAM,
+    "The largest gap between token-bearing events of each ok probe with 2 or more chunks.",
+    PROBE_LABELS,
+    PROBE_LATENCY_BUCKETS,
+    section="probe",
+)
+PROBE_PHASE = _def(
+    "llm_probe_phase_seconds",
+    Kind.HISTOGRAM,
+    "Connection and request phases of every probe that reached them, from aiohttp tracing: "
+    "pool_wait, dns, connect (TCP), tls, request_sent, first_byte (request sent to response "
+    "headers). connection is new or reused; a reused one has no dns/connect/tls.",
+    (*PROBE_LABELS, "phase", "connection"),
+    PROBE_PHASE_BUCKETS,
+    section="probe",
+)
+PROBE_OUTPUT_TOKENS = _def(
+    "llm_probe_output_tokens_total",
+    Kind.COUNTER,
+    "Output tokens of ok probes. source=usage: usage.completion_tokens; source=chunks: the "
+    "server sent no usage, so token-bearing chunks were counted (an estimate).",
+    (*PROBE_LABELS, "source"),
+    section="probe",
+)
+PROBE_PROMPT_TOKENS = _def(
+    "llm_probe_prompt_tokens_total",
+    Kind.COUNTER,
+    "Prompt tokens of ok probes, as the server's usage reports them; absent without usage.",
+    PROBE_LABELS,
+    section="probe",
+)
+PROBE_CACHED_PROMPT_TOKENS = _def(
+    "llm_probe_cached_prompt_tokens_total",
+    Kind.COUNTER,
+    "Prompt tokens the server reports as served from its prefix cache (cached_tokens or "
+    "prompt_cache_hit_tokens); absent when the server does not report them.",
+    PROBE_LABELS,
+    section="probe",
+)
+PROBE_SLO_GOOD = _def(
+    "llm_probe_slo_good_total",
+    Kind.COUNTER,
+    "ok probes whose TTFT and TPOT were both within the probe's SLO (TPOT counts as met "
+    "below 2 tokens). Goodput = this / llm_probe_requests_total (failures count as not good).",
+    PROBE_LABELS,
+    section="probe",
+)
+PROBE_LAST_SUCCESS = _def(
+    "llm_probe_last_success_timestamp_seconds",
+    Kind.GAUGE,
+    "Unix time of the last ok probe; absent until one succeeds.",
+    PROBE_LABELS,
+    section="probe",
+)
 
 # --- engine ---------------------------------------------------------------------------
 # One normalized schema over vLLM, trtllm-serve, Triton and SGLang; the source of each
@@ -359,4 +706,96 @@ ENGINE_REQUESTS_FAILED = _def(
     "Failed requests (Triton), all failure reasons together.",
     ENGINE_SERIES_LABELS,
     section="engine",
+)
+
+# --- network paths (per carrier) --------------------------------------------------------
+# Labels come from config only (carrier, target, region, protocol); a hop address is never
+# a label. A packet counts as sent once its fate is known (reply, or deadline passed), so
+# sent - received never includes packets still in flight.
+PATH_LABELS = ("carrier", "target", "region", "protocol")
+ROUTE_LABELS = ("carrier", "target")
+# China return paths sit between 30 ms and 400 ms; fine steps there, coarse to the timeout.
+PATH_RTT_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225,
+    0.25, 0.275, 0.3, 0.35, 0.4, 0.5, 0.75, 1, 1.5, 2, 3, 4,
+)  # fmt: skip
+
+PATH_PACKETS_SENT = _def(
+    "llm_path_packets_sent_total",
+    Kind.COUNTER,
+    "Probe packets (ICMP echoes or TCP connects) whose outcome is known: answered, or past "
+    "their deadline. Loss over any window: 1 - increase(received) / increase(sent).",
+    PATH_LABELS,
+    section="path",
+)
+PATH_PACKETS_RECEIVED = _def(
+    "llm_path_packets_received_total",
+    Kind.COUNTER,
+    "Probe packets answered before their deadline (echo reply, or TCP connection established).",
+    PATH_LABELS,
+    section="path",
+)
+PATH_LOSS = _def(
+    "llm_path_loss_ratio",
+    Kind.GAUGE,
+    "Share (0..1) of the last burst's packets that got no answer before their deadline.",
+    PATH_LABELS,
+    section="path",
+)
+PATH_RTT = _def(
+    "llm_path_rtt_seconds",
+    Kind.HISTOGRAM,
+    "Round-trip time of each answered packet: echo to reply, or TCP SYN to established.",
+    PATH_LABELS,
+    PATH_RTT_BUCKETS,
+    section="path",
+)
+PATH_JITTER = _def(
+    "llm_path_jitter_seconds",
+    Kind.GAUGE,
+    "RTT variation between consecutively sent answered packets. method=rfc3550: the RFC 3550 "
+    "interarrival estimator J += (|D| - J) / 16 on RTT differences, kept across bursts; "
+    "method=mean_abs_diff: mean |D| over the last burst. Absent until two answers.",
+    (*PATH_LABELS, "method"),
+    section="path",
+)
+PATH_LAST_SUCCESS = _def(
+    "llm_path_last_success_timestamp_seconds",
+    Kind.GAUGE,
+    "Unix time at the end of the last burst that got at least one answer.",
+    PATH_LABELS,
+    section="path",
+)
+PATH_ERRORS = _def(
+    "llm_path_errors_total",
+    Kind.COUNTER,
+    "Path check errors by reason. Per burst that could not be sent: permission (no ICMP "
+    "socket allowed), resolve (host did not resolve). Per packet, also counted as lost: "
+    "unreachable (no route to the address), refused (TCP reset), send (another send error).",
+    (*PATH_LABELS, "reason"),
+    section="path",
+)
+PATH_ROUTE_INFO = _def(
+    "llm_path_route_info",
+    Kind.GAUGE,
+    "Always 1; route_class is the class of the last traceroute's hops by the CIDR route "
+    "table (cn2_gia, cn2_gt, chinanet_163, cu_9929, ...), other when no table network "
+    "matched, unknown when no hop answered.",
+    (*ROUTE_LABELS, "route_class"),
+    section="path",
+)
+PATH_HOP_COUNT = _def(
+    "llm_path_hop_count",
+    Kind.GAUGE,
+    "Hops to the target in the last traceroute; absent when the target did not answer it.",
+    ROUTE_LABELS,
+    section="path",
+)
+PATH_ROUTE_CHANGES = _def(
+    "llm_path_route_changes_total",
+    Kind.COUNTER,
+    "Changes of route_class between two traceroutes that both saw hops (unknown is not a "
+    "change); each is logged with the old and new class.",
+    ROUTE_LABELS,
+    section="path",
 )

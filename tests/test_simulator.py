@@ -304,6 +304,22 @@ async def test_admin_switches_faults_at_run_time(
         assert resp.status == 400
 
 
+@pytest.mark.parametrize("fmt", ["vllm", "trtllm", "triton"])
+async def test_metrics_error_fault_breaks_only_the_metrics_endpoint(
+    simulate: Start, session: aiohttp.ClientSession, fmt: str
+) -> None:
+    sim = await simulate(fmt)
+    metrics_url = sim.metrics_url
+    await set_faults(session, sim, metrics_error_rate=1)
+    async with session.get(metrics_url) as resp:
+        assert resp.status == 500
+    async with session.post(f"{sim.base}/v1/chat/completions", json=chat(2)) as resp:
+        assert resp.status == 200
+    await set_faults(session, sim, metrics_error_rate=0)
+    async with session.get(metrics_url) as resp:
+        assert resp.status == 200
+
+
 async def test_slow_first_token_and_keep_alive(
     simulate: Start, session: aiohttp.ClientSession
 ) -> None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from exporter.checks import engine
+from exporter.checks import engine, gpu, path, probe
 from exporter.checks.base import Check, Factory
 from exporter.config import Config
 
 FACTORIES: dict[str, Factory] = {}
 FACTORIES["engines"] = engine.build
+FACTORIES["probes"] = probe.build
+FACTORIES["gpu"] = gpu.build
+FACTORIES["paths"] = path.build
 
 
 def build_checks(config: Config, registry: CollectorRegistry) -> list[Check]:

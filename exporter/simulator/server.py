@@ -417,6 +417,10 @@ async def handle_health(request: web.Request) -> web.Response:
 # --- metrics ------------------------------------------------------------------------------
 async def handle_metrics_text(request: web.Request) -> web.Response:
     sim = request.app[SIM]
+    rate = sim.faults.metrics_error_rate
+    # No draw at rate 0, so seeded request outcomes stay what they were without the fault.
+    if rate > 0 and sim.rng.random() < rate:
+        return web.Response(status=500, text="metrics unavailable (simulated fault)\n")
     return web.Response(body=sim.exposition(), headers={"Content-Type": PROMETHEUS_TEXT})
 
 

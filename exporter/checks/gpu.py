@@ -1,0 +1,197 @@
+"""GPU check: NVML telemetry per GPU (utilization, memory, power, bandwidth, errors).
+
+The blocking NVML work lives in exporter/nvml.py and runs on one dedicated worker thread.
+Each run publishes a snapshot; a custom collector renders the latest one at scrape time, so
+a value NVML did not give is simply not yielded (absent, not 0) and a scrape never touches
+NVML. Failing to load NVML is not a check failure: llm_gpu_nvml_up says so and the exporter
+and its other checks carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from exporter import metrics
+from exporter.checks.base import Check
+from exporter.config import Config, GpuConfig
+from exporter.metrics import Family, Kind
+from exporter.nvml import GpuReading, NvmlSampler, Snapshot
+
+T = TypeVar("T")
+
+#: A first NVML init without persistence mode can take seconds; a 1 s timeout would record
+#: it as a failure. A run past the timeout keeps the worker, and the next run reports that.
+MIN_TIMEOUT = 5.0
+
+#: Families labelled only by gpu/uuid/name, rendered straight from GpuReading.values.
+PLAIN_FAMILIES: tuple[Family, ...] = (
+    metrics.GPU_UTILIZATION,
+    metrics.GPU_MEMORY_CONTROLLER_BUSY,
+    metrics.GPU_MEMORY_USED,
+    metrics.GPU_MEMORY_TOTAL,
+    metrics.GPU_MEMORY_RESERVED,
+    metrics.GPU_POWER,
+    metrics.GPU_POWER_LIMIT,
+    metrics.GPU_ENERGY,
+    metrics.GPU_TEMPERATURE,
+    metrics.GPU_SM_CLOCK,
+    metrics.GPU_MEMORY_CLOCK,
+    metrics.GPU_PCIE_RX,
+    metrics.GPU_PCIE_TX,
+    metrics.GPU_DRAM_BANDWIDTH_UTILIZATION,
+    metrics.GPU_SM_ACTIVE,
+    metrics.GPU_SM_OCCUPANCY,
+    metrics.GPU_TENSOR_ACTIVE,
+)
+
+
+def _family(fam: Family) -> GaugeMetricFamily | CounterMetricFamily:
+    return fam.counter_family() if fam.kind is Kind.COUNTER else fam.gauge_family()
+
+
+class GpuCollector(Collector):
+    """Renders the sampler's latest snapshot; yields nothing before the first tick."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot | None]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()  # one read: a tick publishing meanwhile cannot mix snapshots
+        if snap is None:
+            return
+        up = metrics.GPU_NVML_UP.gauge_family()
+        up.add_metric([], 1.0 if snap.nvml_up else 0.0)
+        yield up
+        if not snap.nvml_up:
+            return
+        info = metrics.GPU_INFO.gauge_family()
+        info.add_metric([snap.driver_version, snap.cuda_version], 1.0)
+        yield info
+        gpu_up = metrics.GPU_UP.gauge_family()
+        for g in snap.gpus:
+            gpu_up.add_metric(_labels(g), 1.0 if g.up else 0.0)
+        yield gpu_up
+        for fam in PLAIN_FAMILIES:
+            out = _family(fam)
+            for g in snap.gpus:
+                value = g.values.get(fam)
+                if value is not None:
+                    out.add_metric(_labels(g), value)
+            if out.samples:
+                yield out
+        yield from _nonempty(self._labelled(snap.gpus))
+
+    @staticmethod
+    def _labelled(gpus: tuple[GpuReading, ...]) -> Iterator[Metric]:
+        events = _family(metrics.GPU_CLOCK_EVENT)
+        xid = _family(metrics.GPU_XID_ERRORS)
+        ecc = _family(metrics.GPU_ECC_ERRORS)
+        bandwidth = _family(metrics.GPU_MEMORY_BANDWIDTH)
+        peak = _family(metrics.GPU_MEMORY_BANDWIDTH_PEAK)
+        procs = _family(metrics.GPU_PROCESS_MEMORY)
+        for g in gpus:
+            base = _labels(g)
+            for reason, active in g.clock_events.items():
+                events.add_metric([*base, reason], 1.0 if active else 0.0)
+            for code, count in sorted(g.xid.items()):
+                xid.add_metric([*base, str(code)], count)
+            for kind, count in g.ecc.items():
+                ecc.add_metric([*base, kind], count)
+            if g.peak is not None:
+                peak.add_metric([*base, g.peak[1]], g.peak[0])
+                if g.bandwidth is not None:
+                    bandwidth.add_metric([*base, g.peak[1]], g.bandwidth)
+            for p in g.processes:
+                procs.add_metric([*base, str(p.pid), p.name], p.used_bytes)
+        yield from (events, xid, ecc, bandwidth, peak, procs)
+
+
+def _labels(g: GpuReading) -> list[str]:
+    return [str(g.index), g.uuid, g.name]
+
+
+def _nonempty(families: Iterator[Metric]) -> Iterator[Metric]:
+    return (f for f in families if f.samples)
+
+
+class GpuCheck(Check):
+    kind = "gpu"
+
+    def __init__(self, config: GpuConfig, sampler: NvmlSampler | None = None) -> None:
+        super().__init__("nvml", config.interval, max(config.interval, MIN_TIMEOUT))
+        self.devices = config.devices
+        self.sampler = sampler or NvmlSampler(config.devices)
+        self.collector = GpuCollector(lambda: self.sampler.snapshot)
+        self._worker = _Worker("nvml")
+        self._inflight: concurrent.futures.Future[Snapshot] | None = None
+
+    async def run(self) -> None:
+        if self._inflight is not None and not self._inflight.done():
+            raise RuntimeError("previous NVML sample is still running (a driver call hangs)")
+        self._inflight = self._worker.submit(self.sampler.tick)
+        await asyncio.wrap_future(self._inflight)
+
+    def describe(self) -> str:
+        which = "all GPUs" if self.devices is None else f"GPUs {self.devices}"
+        return f"NVML, {which}"
+
+    async def close(self) -> None:
+        # Queued behind a running tick, so NVML is shut down on the thread that used it;
+        # shielded so the scheduler's close timeout cannot cancel the queued shutdown.
+        done = self._worker.submit(self.sampler.close)
+        self._worker.stop()
+        await asyncio.shield(asyncio.wrap_future(done))
+
+
+class _Worker:
+    """One daemon thread running submitted calls in order.
+
+    Not asyncio.to_thread: its shared pool gives no single-thread guarantee, and a call the
+    scheduler gave up on keeps running there while the next one starts on another thread.
+    Not a ThreadPoolExecutor either: its threads are joined at exit, so an NVML call hung
+    in the driver would keep the exporter from shutting down on SIGTERM.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[
+            tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None
+        ] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        # Started on first use: `check-config` builds checks it never runs.
+        if self._thread.ident is None:
+            self._thread.start()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the awaiting coroutine, not lost
+                future.set_exception(exc)
+
+
+def build(config: Config, registry: CollectorRegistry) -> list[Check]:
+    if config.gpu is None or not config.gpu.enabled:
+        return []
+    check = GpuCheck(config.gpu)
+    registry.register(check.collector)
+    return [check]

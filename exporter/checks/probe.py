@@ -1,0 +1,211 @@
+"""Synthetic streaming probes: one real chat/completions request per interval, measured the
+way a user feels it (TTFT, time to first content, TPOT, inter-token gaps, E2E, stalls) with
+connection phases kept apart, every failure named by its outcome.
+
+The request path is :mod:`exporter.client`, shared with ``bench``. Safety: requests to one
+endpoint (host:port) pass a gate with a concurrency cap and a minimum spacing between
+starts; responses are capped in size; prompts, responses and keys are never logged (the
+only text that leaves a run is its outcome and a short transport-level detail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from prometheus_client import CollectorRegistry
+
+from exporter import metrics
+from exporter.checks.base import Check
+from exporter.client import Client, RequestResult, RequestSpec, Timeouts, endpoint_url, target_of
+from exporter.config import Config, ProbeConfig, SloConfig
+from exporter.prompts import nonce, probe_max_tokens, probe_prompt
+from exporter.stream import Outcome
+
+#: Longest a probe waits for its endpoint's gate before giving up on this run (the run then
+#: fails as "endpoint busy" and no request is counted: the endpoint did nothing wrong).
+GATE_WAIT = 5.0
+#: Scheduler timeout above the probe's own: the probe's deadlines decide the outcome, the
+#: scheduler's only catches a run that failed to honour them.
+SCHEDULER_MARGIN = 1.0
+
+
+class ProbeFailed(Exception):
+    pass
+
+
+class EndpointBusy(ProbeFailed):
+    pass
+
+
+class EndpointGate:
+    """Concurrency cap and minimum spacing between request starts, for one endpoint."""
+
+    def __init__(self, max_concurrency: int, min_spacing: float) -> None:
+        self.max_concurrency = max_concurrency
+        self.min_spacing = min_spacing
+        self._sem: asyncio.Semaphore | None = None
+        self._lock: asyncio.Lock | None = None
+        self._next_start = 0.0
+
+    def tighten(self, max_concurrency: int, min_spacing: float) -> None:
+        """Probes sharing the endpoint: the strictest of their limits applies."""
+        self.max_concurrency = min(self.max_concurrency, max_concurrency)
+        self.min_spacing = max(self.min_spacing, min_spacing)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, wait: float = GATE_WAIT) -> AsyncIterator[None]:
+        if self._sem is None or self._lock is None:
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+            self._lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        acquired = False
+        try:
+            async with asyncio.timeout(wait):
+                await self._sem.acquire()
+                acquired = True
+                async with self._lock:
+                    delay = self._next_start - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    self._next_start = loop.time() + self.min_spacing
+        except TimeoutError:
+            if acquired:
+                self._sem.release()
+            raise EndpointBusy(
+                f"endpoint busy: no slot within {wait:g}s "
+                f"(max_concurrency {self.max_concurrency}, min_spacing {self.min_spacing:g}s)"
+            ) from None
+        try:
+            yield
+        finally:
+            self._sem.release()
+
+
+class ProbeMetrics:
+    """The probe families on one registry, shared by every probe check."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = metrics.PROBE_REQUESTS.counter(registry)
+        self.ttft = metrics.PROBE_TTFT.histogram(registry)
+        self.ttfc = metrics.PROBE_TTFC.histogram(registry)
+        self.tpot = metrics.PROBE_TPOT.histogram(registry)
+        self.itl = metrics.PROBE_ITL.histogram(registry)
+        self.e2e = metrics.PROBE_E2E.histogram(registry)
+        self.stall = metrics.PROBE_STALL.histogram(registry)
+        self.phase = metrics.PROBE_PHASE.histogram(registry)
+        self.output_tokens = metrics.PROBE_OUTPUT_TOKENS.counter(registry)
+        self.prompt_tokens = metrics.PROBE_PROMPT_TOKENS.counter(registry)
+        self.cached_tokens = metrics.PROBE_CACHED_PROMPT_TOKENS.counter(registry)
+        self.slo_good = metrics.PROBE_SLO_GOOD.counter(registry)
+        self.last_success = metrics.PROBE_LAST_SUCCESS.gauge(registry)
+
+
+class ProbeCheck(Check):
+    kind = "probe"
+
+    def __init__(
+        self, cfg: ProbeConfig, slo: SloConfig, m: ProbeMetrics, gate: EndpointGate
+    ) -> None:
+        super().__init__(cfg.name, cfg.interval, cfg.timeouts.total + GATE_WAIT + SCHEDULER_MARGIN)
+        self.cfg = cfg
+        self.url = endpoint_url(cfg.url, cfg.api)
+        self.endpoint = target_of(self.url)
+        self.gate = gate
+        self.ttft_slo = cfg.slo.ttft_p95_seconds or slo.ttft_p95_seconds
+        self.tpot_slo = cfg.slo.tpot_p95_seconds or slo.tpot_p95_seconds
+        self.timeouts = Timeouts(
+            connect=cfg.timeouts.connect,
+            first_token=cfg.timeouts.first_token,
+            total=cfg.timeouts.total,
+        )
+        self._m = m
+        self._labels = (
+            cfg.name, self.endpoint, cfg.profile, cfg.carrier or "", cfg.engine or ""
+        )
+        # Every outcome exists from the start, so rate() and goodput ratios work at once.
+        for outcome in Outcome:
+            m.requests.labels(*self._labels, outcome.value)
+        m.slo_good.labels(*self._labels)
+        self._client = Client(max_response_bytes=cfg.max_response_bytes, ca_file=cfg.ca_file)
+
+    @property
+    def series_labels(self) -> dict[str, str]:
+        """The label set of this probe's series (without outcome, phase, ...)."""
+        return dict(zip(metrics.PROBE_LABELS, self._labels, strict=True))
+
+    def describe(self) -> str:
+        c = self.cfg
+        return f"{c.api} {self.endpoint} model={c.model} profile={c.profile}"
+
+    def request(self) -> RequestSpec:
+        c = self.cfg
+        return RequestSpec(
+            url=self.url,
+            api=c.api,
+            model=c.model,
+            prompt=probe_prompt(c.profile, c.prompt_tokens, nonce()),
+            max_tokens=probe_max_tokens(c.profile, c.max_tokens),
+            api_key=c.api_key.value() if c.api_key is not None else None,
+        )
+
+    async def run(self) -> None:
+        spec = self.request()
+        async with self.gate.slot():
+            result = await self._client.send(spec, self.timeouts)
+        self.record(result)
+        if not result.ok:
+            raise ProbeFailed(f"{result.outcome.value}: {result.detail}")
+
+    def record(self, result: RequestResult) -> None:
+        m, labels = self._m, self._labels
+        m.requests.labels(*labels, result.outcome.value).inc()
+        connection = result.connection or "new"  # a failed connect was a new one
+        for phase, seconds in result.phases.items():
+            m.phase.labels(*labels, phase, connection).observe(seconds)
+        s = result.stream
+        if not result.ok or s is None or s.ttft is None or s.e2e is None:
+            return
+        m.ttft.labels(*labels).observe(s.ttft)
+        if s.ttfc is not None:
+            m.ttfc.labels(*labels).observe(s.ttfc)
+        m.e2e.labels(*labels).observe(s.e2e)
+        itl = m.itl.labels(*labels)
+        for gap in s.itl:
+            itl.observe(gap)
+        if s.stall is not None:
+            m.stall.labels(*labels).observe(s.stall)
+        tpot = s.tpot
+        if tpot is not None:
+            m.tpot.labels(*labels).observe(tpot)
+        source = "chunks" if s.tokens_estimated else "usage"
+        m.output_tokens.labels(*labels, source).inc(s.output_tokens)
+        if s.prompt_tokens is not None:
+            m.prompt_tokens.labels(*labels).inc(s.prompt_tokens)
+        if s.cached_tokens is not None:
+            m.cached_tokens.labels(*labels).inc(s.cached_tokens)
+        if s.ttft <= self.ttft_slo and (tpot is None or tpot <= self.tpot_slo):
+            m.slo_good.labels(*labels).inc()
+        m.last_success.labels(*labels).set(time.time())
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def build(config: Config, registry: CollectorRegistry) -> list[Check]:
+    if not config.probes:
+        return []
+    m = ProbeMetrics(registry)
+    gates: dict[str, EndpointGate] = {}
+    for p in config.probes:
+        endpoint = target_of(endpoint_url(p.url, p.api))
+        if endpoint in gates:
+            gates[endpoint].tighten(p.max_concurrency, p.min_spacing)
+        else:
+            gates[endpoint] = EndpointGate(p.max_concurrency, p.min_spacing)
+    return [
+        ProbeCheck(p, config.slo, m, gates[target_of(endpoint_url(p.url, p.api))])
+        for p in config.probes
+    ]

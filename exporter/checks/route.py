@@ -1,0 +1,257 @@
+"""Route check: a traceroute per target, its hops classified by the CIDR route table.
+
+The trace sends UDP probes with rising TTL and reads the routers' ICMP answers from the
+socket's error queue (IP_RECVERR, as tracepath does), so it needs no privilege at all. It
+blocks, so it runs in a worker thread; one thread per paths section makes the traceroutes
+run one at a time across all targets, and a trace still queued when its check times out
+is dropped rather than run late. Only the class, the hop count and a change counter are
+exported: hop addresses never become labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import select
+import socket
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from exporter import metrics
+from exporter.checks.base import Check
+from exporter.config import PathTarget
+from exporter.routes import UNKNOWN, RouteTable
+
+log = logging.getLogger("exporter.route")
+
+MAX_HOPS = 30
+#: Probes per TTL: a hop that drops one answer (routers rate-limit ICMP) is still seen,
+#: so one lost answer does not flip GT to GIA and count a route change.
+QUERIES = 2
+#: TTLs probed at once. A wave ends when every probe is answered or its timeout passes.
+WAVE = 8
+#: traceroute(8)'s base port; each (ttl, query) gets its own port to match the answers.
+BASE_PORT = 33434
+#: Pause between two traces. Routers and targets rate-limit the ICMP errors they send to one
+#: address (Linux: a burst of 6, then 1 per second), and a trace spends QUERIES of them at
+#: every hop: back to back, the next trace would find them spent and lose hops, or see the
+#: target answer only a probe with a higher TTL than its distance.
+TRACE_GAP = 2.0
+
+# Linux <linux/errqueue.h>, <linux/in.h>; Python's socket module lacks some of them.
+IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
+SO_EE_ORIGIN_ICMP = 2
+ICMP_DEST_UNREACH = 3
+ICMP_TIME_EXCEEDED = 11
+_EE = struct.Struct("=IBBBBII")  # struct sock_extended_err; the offender sockaddr follows
+
+
+@dataclass(frozen=True)
+class Trace:
+    hops: dict[int, frozenset[str]]  # ttl -> addresses that answered at that ttl
+    reached: int | None  # ttl at which the target itself answered
+
+
+async def resolve_ipv4(host: str) -> str:
+    """The first IPv4 address of ``host`` (a literal is returned as is)."""
+    try:
+        if ipaddress.ip_address(host).version == 4:
+            return host
+        raise OSError(f"{host}: only IPv4 targets are supported")
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, None, family=socket.AF_INET, type=socket.SOCK_DGRAM)
+    return str(infos[0][4][0])
+
+
+def udp_trace(
+    addr: str, timeout: float, max_hops: int = MAX_HOPS, wave: int = WAVE, queries: int = QUERIES
+) -> Trace:
+    """Blocking traceroute to the IPv4 ``addr``; each wave of TTLs waits up to ``timeout``."""
+    hops: dict[int, set[str]] = {}
+    ttl_of: dict[int, int] = {}  # destination port -> ttl
+    answered: set[int] = set()
+    reached: int | None = None
+    stop = False
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+        sock.setblocking(False)
+        poller = select.poll()
+        poller.register(sock, select.POLLERR)
+
+        def drain() -> None:
+            nonlocal reached, stop
+            while True:
+                try:
+                    _, ancdata, _, dest = sock.recvmsg(512, 512, socket.MSG_ERRQUEUE)
+                except (BlockingIOError, InterruptedError):
+                    return
+                ttl = ttl_of.get(dest[1])
+                for level, kind, data in ancdata:
+                    if ttl is None or level != socket.IPPROTO_IP or kind != IP_RECVERR:
+                        continue
+                    _, origin, icmp_type, _, _, _, _ = _EE.unpack_from(data)
+                    if origin != SO_EE_ORIGIN_ICMP or len(data) < _EE.size + 8:
+                        continue
+                    offender = socket.inet_ntoa(data[_EE.size + 4 : _EE.size + 8])
+                    hops.setdefault(ttl, set()).add(offender)
+                    answered.add(dest[1])
+                    if icmp_type == ICMP_DEST_UNREACH:
+                        # The path ends here: the target's port unreachable, or a router
+                        # with no route; higher TTLs would only get the same answer.
+                        stop = True
+                        if offender == addr:
+                            reached = ttl if reached is None else min(reached, ttl)
+
+        def send(port: int) -> None:
+            for _ in range(3):
+                try:
+                    sock.sendto(b"", (addr, port))
+                    return
+                except OSError:
+                    # A queued ICMP error fails the next send (sk_err); read it, send again.
+                    drain()
+
+        first = 1
+        while first <= max_hops and not stop:
+            ports = []
+            for ttl in range(first, min(first + wave, max_hops + 1)):
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+                for q in range(queries):
+                    port = BASE_PORT + (ttl - 1) * queries + q
+                    ttl_of[port] = ttl
+                    ports.append(port)
+                    send(port)
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                if all(p in answered for p in ports):
+                    break
+                if reached is not None and all(t in hops for t in range(1, reached)):
+                    break
+                if poller.poll(left * 1000):
+                    drain()
+                    # An error not from the queue would keep poll() returning at once.
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            first += wave
+    return Trace({ttl: frozenset(a) for ttl, a in sorted(hops.items())}, reached)
+
+
+class Tracer:
+    """Runs traces one at a time on a thread of its own, shared by a section's checks."""
+
+    def __init__(self, gap: float = TRACE_GAP) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._gap = gap
+        self._last_end = -gap
+
+    def _paced(self, addr: str, timeout: float) -> Trace:
+        time.sleep(max(0.0, self._last_end + self._gap - time.monotonic()))
+        try:
+            return udp_trace(addr, timeout)
+        finally:
+            self._last_end = time.monotonic()
+
+    async def trace(self, addr: str, timeout: float) -> Trace:
+        # Created on first use, from the event loop's thread, so the worker is born in the
+        # same network namespace as the loop (the test lab relies on this).
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceroute")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._paced, addr, timeout)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class RouteMetrics:
+    info: Gauge
+    hops: Gauge
+    changes: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> RouteMetrics:
+        return cls(
+            metrics.PATH_ROUTE_INFO.gauge(registry),
+            metrics.PATH_HOP_COUNT.gauge(registry),
+            metrics.PATH_ROUTE_CHANGES.counter(registry),
+        )
+
+
+class RouteCheck(Check):
+    kind = "route"
+
+    def __init__(
+        self,
+        carrier: str,
+        target: PathTarget,
+        interval: float,
+        probe_timeout: float,
+        table: RouteTable,
+        tracer: Tracer,
+        fams: RouteMetrics,
+    ) -> None:
+        # A queued trace waits behind the others, so the run may take up to its interval.
+        super().__init__(f"{carrier}/{target.name}", interval, interval)
+        self.carrier = carrier
+        self.host = target.host
+        self._probe_timeout = probe_timeout
+        self._table = table
+        self._tracer = tracer
+        self._info = fams.info
+        self._hops = fams.hops
+        self._changes = fams.changes.labels(carrier, target.name)
+        self._labels = (carrier, target.name)
+        self._shown: str | None = None  # route_class of the info series now exported
+        self._known: str | None = None  # last class from a trace that saw hops
+
+    def describe(self) -> str:
+        return f"udp traceroute to {self.host}, {len(self._table.rules)} route rules"
+
+    @property
+    def route_class(self) -> str | None:
+        return self._shown
+
+    async def run(self) -> None:
+        addr = await resolve_ipv4(self.host)
+        trace = await self._tracer.trace(addr, self._probe_timeout)
+        new = self._table.classify(a for hop in trace.hops.values() for a in hop)
+        if new != self._shown:
+            if self._shown is not None:
+                self._info.remove(*self._labels, self._shown)
+            self._info.labels(*self._labels, new).set(1)
+            self._shown = new
+        if trace.reached is not None:
+            self._hops.labels(*self._labels).set(trace.reached)
+        else:
+            with contextlib.suppress(KeyError):  # absent, not zero, while unknown
+                self._hops.remove(*self._labels)
+        log.debug(
+            "traceroute",
+            extra={"check": self.name, "route_class": new, "hops": _render(trace)},
+        )
+        if new == UNKNOWN:
+            raise RuntimeError(f"no hop answered a traceroute to {addr}")
+        if self._known is not None and new != self._known:
+            self._changes.inc()
+            log.info(
+                "route class changed",
+                extra={"check": self.name, "old": self._known, "new": new},
+            )
+        self._known = new
+
+    async def close(self) -> None:
+        self._tracer.close()
+
+
+def _render(trace: Trace) -> str:
+    return " ".join(f"{ttl}:{','.join(sorted(a))}" for ttl, a in trace.hops.items())

@@ -1,0 +1,87 @@
+"""Wrap the generated rule files into a Prometheus Operator ``PrometheusRule``.
+
+The Operator does not read rule files; it wants the same groups inside a custom resource.
+Building that resource from alerts/rules/*.yaml (rather than from the generator's objects)
+guarantees Kubernetes runs byte-for-byte the rules that promtool tests and that compose
+and ``make stack`` load.
+
+    python -m exporter.prometheusrule      # alerts/rules -> deploy/kubernetes/prometheusrule.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NAME = "llm-latency-exporter"
+NAMESPACE = "llm-latency"
+#: What a kube-prometheus-stack install selects rules by (as servicemonitor.yaml).
+LABELS = {"app.kubernetes.io/name": NAME, "release": "kube-prometheus-stack"}
+HEADER = (
+    "# Generated from alerts/rules/*.yaml by `python -m exporter.prometheusrule` (make generate);\n"
+    "# do not edit: change the config or exporter/rules.py and regenerate.\n"
+)
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Multi-line PromQL stays readable as a block, as in the rule files.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def rule_groups(files: Sequence[Path]) -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = []
+    for path in files:
+        groups.extend(yaml.safe_load(path.read_text())["groups"])
+    return groups
+
+
+def build(files: Sequence[Path]) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": dict(LABELS)},
+        "spec": {"groups": rule_groups(files)},
+    }
+
+
+def render(rules_dir: Path) -> str:
+    files = sorted(rules_dir.glob("*.yaml"))
+    if not files:
+        raise FileNotFoundError(f"no *.yaml rule files in {rules_dir}")
+    body = yaml.dump(build(files), Dumper=_Dumper, sort_keys=False, width=1000,
+                     allow_unicode=True)
+    return HEADER + body
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m exporter.prometheusrule",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", type=Path, default=Path("alerts/rules"))
+    parser.add_argument("--out", type=Path, default=Path("deploy/kubernetes/prometheusrule.yaml"))
+    args = parser.parse_args(argv)
+    try:
+        text = render(args.rules)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not args.out.exists() or args.out.read_text() != text:
+        args.out.write_text(text)
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

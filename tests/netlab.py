@@ -1,0 +1,208 @@
+"""A network lab of Linux network namespaces joined by veth pairs, for the path checks.
+
+Everything lives in namespaces the lab creates: the prober runs in a client namespace of
+its own, so no address, route or sysctl of the host namespace is touched and the only
+addresses ever probed are those the lab assigned. Carrier namespaces ignore echoes in the
+kernel and answer them from ``netlab_responder.py`` (delay, jitter, loss); nftables rules
+drop TCP SYNs. Teardown stops every process by PID and deletes every namespace (which
+deletes their veths), whatever happened before.
+
+Needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN), ``ip`` and ``nft``. ``require_lab()`` skips
+without them, except under CI=true, where a missing capability fails instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESPONDER = Path(__file__).resolve().parent / "netlab_responder.py"
+CLONE_NEWNET = 0x40000000
+T = TypeVar("T")
+
+
+def lab_unavailable() -> str | None:
+    """Why the lab cannot run here, or None."""
+    if sys.platform != "linux":
+        return "network namespaces need Linux"
+    if os.geteuid() != 0:
+        return "the namespace lab needs root (ip netns, veth, raw sockets)"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not installed (Debian: iproute2, nftables)"
+    probe = f"llecap{os.getpid()}"
+    proc = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"cannot create a network namespace: {proc.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def require_lab() -> None:
+    reason = lab_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and the network lab cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def sh(*args: str, input: str | None = None) -> str:
+    proc = subprocess.run(args, capture_output=True, text=True, input=input, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def in_netns(ns: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on a fresh thread that has entered namespace ``ns``; sockets it opens,
+    and threads it starts, live there. The caller's own thread is untouched."""
+    out: dict[str, object] = {}
+
+    def body() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns {ns}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            out["value"] = fn()
+        except BaseException as exc:
+            out["error"] = exc
+
+    thread = threading.Thread(target=body, name=f"netns-{ns}")
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["value"]  # type: ignore[return-value]
+
+
+@dataclass
+class Responder:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def echoes(self, source: str | None = None) -> list[tuple[str, int, int, int, bool, float]]:
+        """(source, ident, seq, received_ns, replied, applied_delay_s) per echo so far."""
+        out = []
+        for line in self.log.read_text().splitlines():
+            src, ident, seq, rx, status, applied = line.split()
+            if source is None or src == source:
+                out.append(
+                    (src, int(ident), int(seq), int(rx), status == "replied", int(applied) / 1e9)
+                )
+        return out
+
+
+class Lab:
+    def __init__(self, workdir: Path) -> None:
+        # Names carry the PID: parallel runs and a crashed earlier run never collide.
+        self.tag = f"lle{os.getpid() % 100000}"
+        self.workdir = workdir
+        self.namespaces: list[str] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._veths = 0
+
+    def netns(self, name: str) -> str:
+        full = f"{self.tag}-{name}"
+        sh("ip", "netns", "add", full)
+        self.namespaces.append(full)
+        sh("ip", "-n", full, "link", "set", "lo", "up")
+        return full
+
+    def link(self, a: str, addr_a: str, b: str, addr_b: str, prefix: int = 30) -> None:
+        """A veth pair between namespaces a and b with an address on each end."""
+        self._veths += 1
+        ia, ib = f"{self.tag}v{self._veths}a", f"{self.tag}v{self._veths}b"
+        sh("ip", "link", "add", ia, "netns", a, "type", "veth", "peer", "name", ib, "netns", b)
+        for ns, dev, addr in ((a, ia, addr_a), (b, ib, addr_b)):
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/{prefix}", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+
+    def route(self, ns: str, dst: str, via: str) -> None:
+        sh("ip", "-n", ns, "route", "replace", dst, "via", via)
+
+    def sysctl(self, ns: str, key: str, value: str) -> None:
+        sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={value}")
+
+    def nft(self, ns: str, ruleset: str) -> None:
+        sh("ip", "netns", "exec", ns, "nft", "-f", "-", input=ruleset)
+
+    def spawn(self, ns: str, args: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        """A process inside ``ns``, in its own process group, stopped by PID at teardown."""
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *args],
+            start_new_session=True,
+            **kw,  # type: ignore[call-overload]
+        )
+        self.procs.append(proc)
+        return proc
+
+    def responder(
+        self,
+        ns: str,
+        delay: float,
+        jitter: float = 0.0,
+        loss: float = 0.0,
+        seed: int = 1,
+        tcp_port: int | None = None,
+    ) -> Responder:
+        """Make ``ns`` answer echoes from userspace with the given delay, jitter and loss."""
+        self.sysctl(ns, "net.ipv4.icmp_echo_ignore_all", "1")
+        log = self.workdir / f"{ns}-echoes.log"
+        args = [
+            sys.executable,
+            str(RESPONDER),
+            "--delay",
+            str(delay),
+            "--jitter",
+            str(jitter),
+            "--loss",
+            str(loss),
+            "--seed",
+            str(seed),
+            "--log",
+            str(log),
+        ]
+        if tcp_port:
+            args += ["--tcp-port", str(tcp_port)]
+        proc = self.spawn(ns, args, stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":  # listening before anyone probes
+            raise RuntimeError(f"responder in {ns} did not start (exit {proc.poll()})")
+        return Responder(proc, log)
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(5)
+                except ProcessLookupError:
+                    pass
+            if proc.stdout is not None:
+                proc.stdout.close()
+        for ns in reversed(self.namespaces):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.namespaces.clear()

@@ -1,0 +1,201 @@
+"""End to end with the real Prometheus: the exporter scrapes the engine simulator, probes
+it, measures a TCP path to it and reads a scripted NVML; Prometheus scrapes the exporter
+every second and evaluates the rules `generate` wrote for the same config. Then every
+recording rule and every dashboard query, as Grafana would send it, must return data, and
+overloading the simulator must put the capacity-bound (queue-time) alert in pending.
+
+Rate windows in the rules are fixed ([5m] and up); with a 1 s scrape interval two samples
+are enough for rate(), so a run of about a minute fills every window.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter import generate, grafana, metrics
+from exporter.config import load_config
+from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.generated import queries, rules_of, substitute
+
+#: Seconds after the start when the peak window opens, and when the engine is overloaded.
+PEAK_AFTER = 35.0
+OVERLOAD_AFTER = 40.0
+#: What the test sends for $__rate_interval (Grafana: four scrape intervals at least) and
+#: for the week-ago comparison: a week of history does not fit in a test.
+RATE_INTERVAL = "10s"
+COMPARE = "20s"
+LOAD_THREADS = 6
+
+CONFIG = """
+server: {{listen_address: "127.0.0.1:{exporter}", log_level: warning}}
+peak_windows: {{timezone: UTC, windows: {{evening: {{start: "20:00", end: "23:00"}}}}}}
+slo: {{ttft_p95_seconds: 0.5, tpot_p95_seconds: 0.05}}
+engines:
+  - {{name: sim, url: "http://127.0.0.1:{sim}/metrics", type: vllm, interval: 1s, timeout: 900ms}}
+probes:
+  - name: chat
+    url: "http://127.0.0.1:{sim}/v1/chat/completions"
+    model: simulated-model
+    interval: 1s
+    max_tokens: 16
+    min_spacing: 100ms
+    carrier: lab
+    engine: sim
+paths:
+  interval: 2s
+  burst: 5
+  spacing: 100ms
+  timeout: 500ms
+  route_interval: 5s
+  carriers:
+    lab: [{{name: lo, host: 127.0.0.1, region: local, protocol: tcp, port: {sim}}}]
+gpu: {{enabled: true, interval: 1s}}
+"""
+
+PROMETHEUS = """
+global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
+rule_files: [{rules}/recording.yaml, {rules}/alerts.yaml]
+scrape_configs:
+  - job_name: llm
+    static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
+"""
+
+
+def api(base: str, path: str, **params: str | float) -> Any:
+    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def sleep_until(moment: float) -> None:
+    while (left := moment - time.time()) > 0:
+        time.sleep(min(left, 1.0))
+
+
+def load(sim: str, stop: threading.Event) -> None:
+    """One client in a loop: long answers, back to back."""
+    body = json.dumps({
+        "model": "simulated-model", "stream": True, "max_tokens": 48, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "tell me a long story"}],
+    }).encode()
+    while not stop.is_set():
+        req = urllib.request.Request(f"{sim}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                resp.read()
+        except OSError:
+            time.sleep(0.2)  # the run is ending; the simulator may be gone
+
+
+def capacity_alerts(prom: str) -> list[dict[str, Any]]:
+    alerts: list[dict[str, Any]] = api(prom, "alerts")["alerts"]
+    return [a for a in alerts if a["labels"]["alertname"] == "LLMEngineCapacityBound"]
+
+
+def has_data(prom: str, expr: str, start: float, end: float) -> str | None:
+    """None if ``expr`` returns at least one finite value over the run, else why not."""
+    try:
+        data = api(prom, "query_range", query=expr, start=start, end=end, step=2)
+    except urllib.error.HTTPError as exc:
+        return f"error {exc.code}: {exc.read().decode()[:300]}"
+    values = [float(v) for series in data["result"] for _, v in series["values"]]
+    if not values:
+        return "no data"
+    if not any(math.isfinite(v) for v in values):
+        return "only NaN or Inf"
+    return None
+
+
+@pytest.mark.timeout(300)
+def test_rules_and_dashboards_on_real_prometheus(
+    tmp_path: Path, spawn: Callable[..., Proc]
+) -> None:
+    sim_port, exporter_port, prom_port = free_port(), free_port(), free_port()
+    sim = f"http://127.0.0.1:{sim_port}"
+    exporter = f"http://127.0.0.1:{exporter_port}"
+    prom = f"http://127.0.0.1:{prom_port}"
+
+    spawn(exporter_cmd("simulate", "--port", str(sim_port), "--format", "vllm", "--seed", "7"))
+    wait_until(lambda: http_get(f"{sim}/health")[0] == 200, timeout=20, what="simulator")
+
+    start = time.time()
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(CONFIG.format(exporter=exporter_port, sim=sim_port))
+    spawn([sys.executable, "-m", "tests.e2e_exporter", str(config_path),
+           str(start + PEAK_AFTER)])
+    wait_until(lambda: http_get(f"{exporter}/metrics")[0] == 200, timeout=20, what="exporter")
+
+    generated = tmp_path / "generated"
+    generate.write(load_config(config_path), generated)
+    prom_config = tmp_path / "prometheus.yml"
+    prom_config.write_text(PROMETHEUS.format(rules=generated / "rules", exporter=exporter_port))
+    spawn(["prometheus", f"--config.file={prom_config}",
+           f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+           f"--web.listen-address=127.0.0.1:{prom_port}"])
+    wait_until(lambda: http_get(f"{prom}/-/ready")[0] == 200, timeout=30, what="prometheus")
+
+    # Every rule loaded and evaluates without error (a bad join shows here, not as no data).
+    sleep_until(start + OVERLOAD_AFTER)
+    groups = api(prom, "rules")["groups"]
+    assert {g["file"] for g in groups} == {str(generated / "rules" / f)
+                                           for f in ("recording.yaml", "alerts.yaml")}
+    broken = {r.get("name"): r["lastError"] for g in groups for r in g["rules"]
+              if r["health"] != "ok"}
+    assert not broken
+    assert capacity_alerts(prom) == [], "queue-bound before any overload"
+
+    # Overload: one batch slot, several clients streaming long answers back to back.
+    req = urllib.request.Request(f"{sim}/admin/config", data=b'{"max_num_seqs": 1}',
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+    stop = threading.Event()
+    clients = [threading.Thread(target=load, args=(sim, stop), daemon=True)
+               for _ in range(LOAD_THREADS)]
+    for client in clients:
+        client.start()
+    try:
+        wait_until(lambda: any(a["state"] == "pending" for a in capacity_alerts(prom)),
+                   timeout=90, what="LLMEngineCapacityBound pending")
+    finally:
+        stop.set()
+    (alert,) = capacity_alerts(prom)
+    assert alert["labels"]["target"] == "sim" and alert["labels"]["severity"] == "warning"
+    assert float(alert["value"]) > load_config(config_path).alerting.queue_share_ratio
+
+    end = time.time()
+    problems: dict[str, str] = {}
+    recorded = list(dict.fromkeys(
+        r["record"] for r in rules_of((generated / "rules" / "recording.yaml").read_text())))
+    assert len(recorded) > 40
+    for name in recorded:
+        if (why := has_data(prom, name, start, end)) is not None:
+            problems[f"rule {name}"] = why
+    with_dashboards = {n.removeprefix("dashboards/"): json.loads(t)
+                       for n, t in generate.render(load_config(config_path)).items()
+                       if n.startswith("dashboards/")}
+    panel_queries = queries(with_dashboards)
+    assert len(panel_queries) > 60
+    for q in panel_queries:
+        expr = substitute(q.expr, RATE_INTERVAL, {grafana.COMPARE: COMPARE})
+        if (why := has_data(prom, expr, start, end)) is not None:
+            problems[f"panel {q}"] = why
+    assert not problems, json.dumps(problems, indent=1)
+    # The run spanned off-peak and peak time, so both kinds of gated series were fed.
+    peak = api(prom, "query", query=f"max({metrics.EXPORTER_PEAK_WINDOW.name})", time=end)
+    assert float(peak["result"][0]["value"][1]) == 1

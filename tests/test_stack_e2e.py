@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from exporter import stack
-from tests.conftest import ROOT, free_port, http_get
+from tests.conftest import ROOT, http_get
+from tests.test_stack import free_ports
 
 ALERT = "LLMEngineDown"
 ENGINE = "main"  # the engine name in deploy/stack/exporter.yaml
@@ -103,8 +104,7 @@ def poll(pred: Callable[[], bool], timeout: float, what: str) -> float:
 def test_engine_fault_pages_and_resolves_through_alertmanager(tmp_path: Path) -> None:
     rule = engine_down_rule()
     receiver, group_wait, group_interval = route_for({**rule["labels"], "alertname": ALERT})
-    ports = stack.Ports(simulator=free_port(), exporter=free_port(), prometheus=free_port(),
-                        alertmanager=free_port(), sink=free_port())
+    ports = free_ports()
     state = tmp_path / "state.json"
     running = stack.up(ROOT, ports, state)
     try:

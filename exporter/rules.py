@@ -783,6 +783,13 @@ RECEIVERS = {"critical": "pager", "warning": "tickets", "info": "blackhole"}
 DEFAULT_RECEIVER = "default"
 #: Placeholders to replace: .invalid never resolves, so nothing is sent until someone does.
 WEBHOOK = "https://alerts.example.invalid/llm-latency/{}"
+#: Tickets also go by mail: an example of the second common receiver kind.
+EMAIL = {
+    "to": "llm-oncall@example.invalid",
+    "from": "alertmanager@example.invalid",
+    "smarthost": "smtp.example.invalid:587",
+    "send_resolved": True,
+}
 
 
 def alertmanager_config(config: Config) -> dict[str, Any]:
@@ -790,6 +797,8 @@ def alertmanager_config(config: Config) -> dict[str, Any]:
     for severity, receiver in RECEIVERS.items():
         route: dict[str, Any] = {"receiver": receiver, "matchers": [f'severity="{severity}"']}
         if severity == "critical":
+            # A page that is resolved, or joined by a new alert, is news within a minute.
+            route["group_interval"] = "1m"
             route["repeat_interval"] = "1h"
         if severity == "warning" and config.alerting.quiet_hours is not None:
             route["mute_time_intervals"] = [QUIET_HOURS]
@@ -828,6 +837,9 @@ def alertmanager_config(config: Config) -> dict[str, Any]:
         for name in (DEFAULT_RECEIVER, *RECEIVERS.values())
         if name != RECEIVERS["info"]
     ] + [{"name": RECEIVERS["info"]}]  # no configs: info alerts are for dashboards only
+    for receiver in am["receivers"]:
+        if receiver["name"] == RECEIVERS["warning"]:
+            receiver["email_configs"] = [dict(EMAIL)]
     return am
 
 

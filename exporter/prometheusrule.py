@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from exporter.rules import dump_yaml
+
 NAME = "llm-latency-exporter"
 NAMESPACE = "llm-latency"
 #: What a kube-prometheus-stack install selects rules by (as servicemonitor.yaml).
@@ -28,17 +30,6 @@ HEADER = (
 )
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    # Multi-line PromQL stays readable as a block, as in the rule files.
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
 
 
 def rule_groups(files: Sequence[Path]) -> list[dict[str, Any]]:
@@ -61,9 +52,7 @@ def render(rules_dir: Path) -> str:
     files = sorted(rules_dir.glob("*.yaml"))
     if not files:
         raise FileNotFoundError(f"no *.yaml rule files in {rules_dir}")
-    body = yaml.dump(build(files), Dumper=_Dumper, sort_keys=False, width=1000,
-                     allow_unicode=True)
-    return HEADER + body
+    return dump_yaml(build(files), HEADER)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

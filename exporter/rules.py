@@ -876,9 +876,9 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def dump_yaml(data: Any) -> str:
+def dump_yaml(data: Any, header: str = HEADER) -> str:
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
-    return HEADER + body
+    return header + body
 
 
 def render(config: Config) -> dict[str, str]:

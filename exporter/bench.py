@@ -779,9 +779,12 @@ def register(add: AddParser) -> None:
                        help="ask the server to generate max_tokens (vLLM/SGLang ignore_eos)")
     shape.add_argument("--seed", default="0", help="seed for lengths and filler words")
     lim = p.add_argument_group("timeouts and SLO")
-    lim.add_argument("--timeout-connect", default="10s", metavar="D")
-    lim.add_argument("--timeout-first-token", default="60s", metavar="D")
-    lim.add_argument("--timeout-total", default="300s", metavar="D")
+    lim.add_argument("--timeout-connect", default="10s", metavar="D",
+                     help="to get a connection (default %(default)s)")
+    lim.add_argument("--timeout-first-token", default="60s", metavar="D",
+                     help="to the first token, from the request's start (default %(default)s)")
+    lim.add_argument("--timeout-total", default="300s", metavar="D",
+                     help="to the end of the stream (default %(default)s)")
     defaults = SloConfig()
     lim.add_argument("--slo-ttft", default=f"{defaults.ttft_p95_seconds:g}s", metavar="D",
                      help="goodput: TTFT at most this (default %(default)s)")

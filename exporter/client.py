@@ -2,7 +2,9 @@
 tracing, feed the stream reader, classify the outcome.
 
 Clock: every stamp is ``time.monotonic()`` (CLOCK_MONOTONIC on Linux, the event loop's clock
-too, system-wide so another process can compare). TTFT, TTFC and E2E run from the moment the
+too, system-wide so another process can compare). Body bytes are stamped as they come off
+the socket (see ``_Arrivals``), not when the reading task gets round to them, and handed to
+the stream reader with those stamps. TTFT, TTFC and E2E run from the moment the
 connection is ready and the request is about to be written; what came before (waiting for a
 pooled connection, DNS, TCP connect, TLS) is reported as phases, so a new connection never
 reads as a slow first token. Timeouts, by contrast, all count from when the request was

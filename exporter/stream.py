@@ -169,18 +169,19 @@ class StreamReader:
         self._data: list[str] = []
         self._event = ""
         self._skip_lf = False
+        self._stopped = False
         self._last_read_at = start
 
     @property
     def finished(self) -> bool:
-        r = self.result
-        return r.done or r.error is not None or r.protocol_error is not None
+        """[DONE], an error event or a protocol error has been seen: nothing more counts."""
+        return self._stopped
 
     def feed(self, data: bytes, now: float) -> None:
         """Parse the bytes of one read; ``now`` is when they were read."""
         self.result.bytes_read += len(data)
         self._last_read_at = now
-        if self.finished:
+        if self._stopped:
             return
         try:
             decoded = self._decoder.decode(data)
@@ -191,15 +192,29 @@ class StreamReader:
             return
         # A CR that ended the previous read may have been the first half of a CRLF: its LF
         # is not a second line end (that would read as a blank line and end an event early).
-        if self._skip_lf and decoded.startswith("\n"):
+        if self._skip_lf and decoded[0] == "\n":
             decoded = decoded[1:]
-        self._skip_lf = decoded.endswith("\r")
-        lines = _LINE_END.split(self._buf + decoded)
+        self._skip_lf = decoded[-1:] == "\r"
+        text = self._buf + decoded
+        # str.split runs in C; the regex is only needed when a CR is present at all.
+        lines = _LINE_END.split(text) if "\r" in text else text.split("\n")
         self._buf = lines.pop()
+        # This loop runs for every line of every stream, on the event loop that also stamps
+        # other streams' reads: the common lines (data, blank, comment) are handled inline.
+        data_lines = self._data
         for line in lines:
-            self._line(line, now)
-            if self.finished:
-                return
+            if not line:
+                if data_lines:
+                    self._dispatch(now)
+                    if self._stopped:
+                        return
+                self._event = ""
+            elif line.startswith("data:"):
+                data_lines.append(line[6:] if line[5:6] == " " else line[5:])
+            elif line[0] != ":":  # ':' starts a comment (keep-alives, pings)
+                self._field(line)
+                if self._stopped:
+                    return
 
     def close(self) -> StreamResult:
         """End of stream. A last event without its closing blank line still counts when it is
@@ -227,13 +242,17 @@ class StreamReader:
 
     # --- SSE framing ------------------------------------------------------------------
     def _line(self, line: str, now: float) -> None:
+        """One complete line (the slow path; feed() inlines the common cases)."""
         if line == "":
             if self._data:
                 self._dispatch(now)
             self._event = ""
-            return
-        if line.startswith(":"):
-            return  # comment: keep-alives, pings
+        elif line.startswith("data:"):
+            self._data.append(line[6:] if line[5:6] == " " else line[5:])
+        elif not line.startswith(":"):
+            self._field(line)
+
+    def _field(self, line: str) -> None:
         name, sep, value = line.partition(":")
         if sep and value.startswith(" "):
             value = value[1:]
@@ -247,14 +266,17 @@ class StreamReader:
             self._event = value
 
     def _dispatch(self, now: float) -> None:
-        payload = "\n".join(self._data)
-        self._data.clear()
+        data = self._data
+        payload = data[0] if len(data) == 1 else "\n".join(data)
+        data.clear()
         event, self._event = self._event, ""
         if event == "error":
             self.result.error = "event: error"
+            self._stopped = True
             return
         if payload == "[DONE]":
             self.result.done = True
+            self._stopped = True
             return
         try:
             obj = json.loads(payload)
@@ -273,6 +295,7 @@ class StreamReader:
         err = obj.get("error")
         if err or obj.get("object") == "error":
             self.result.error = _error_detail(err if isinstance(err, dict) else obj)
+            self._stopped = True
             return
         usage = obj.get("usage")
         if isinstance(usage, dict):
@@ -310,6 +333,7 @@ class StreamReader:
     def _fail(self, why: str) -> None:
         if self.result.protocol_error is None:
             self.result.protocol_error = why
+        self._stopped = True
 
 
 def _parses(payload: str) -> bool:

@@ -9,6 +9,7 @@ generations.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import platform
 import signal
@@ -106,6 +107,9 @@ class App:
         site = web.TCPSite(self._runner, server.host or None, server.port, reuse_address=True)
         await site.start()
         self._warn_unimplemented(self.gen.config)
+        # Move what startup loaded (pydantic, aiohttp, the config) out of the collector's
+        # view: a full collection scanning it stalls the loop ~15 ms, inside a probe's timing.
+        gc.freeze()
         self.gen.scheduler.start()
         log.info(
             "exporter started",

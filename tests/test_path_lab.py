@@ -267,38 +267,50 @@ def test_exporter_without_cap_net_raw(lab: Lab, tmp_path: Path, icmp_allowed: bo
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    def nft_drops() -> int:
+        ruleset = json.loads(sh("ip", "netns", "exec", far, "nft", "-j", "list", "ruleset"))
+        return int(
+            next(
+                e["counter"]["packets"]
+                for item in ruleset["nftables"]
+                if "rule" in item
+                for e in item["rule"]["expr"]
+                if "counter" in e
+            )
+        )
+
     deadline = time.monotonic() + 40
     values: dict[tuple[str, str, str], float] = {}
+    drops, https_lost = -1, -1.0
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()
+        # The drop counter read on both sides of the scrape: equal means no SYN of a new
+        # burst was dropped meanwhile, so the scrape and the counter describe one moment.
+        before = nft_drops()
         status, text = scrape(client, 9400)
+        after = nft_drops()
         values = path_samples(text) if status == 200 else {}
         https_sent = values.get(("llm_path_packets_sent_total", "https", ""), 0)
-        # Two bursts done, and read between bursts (nothing awaiting its deadline).
+        https_lost = https_sent - values.get(("llm_path_packets_received_total", "https", ""), 0)
+        drops = after
+        # Two bursts done, read between bursts (a packet is counted once its fate is known,
+        # so whole bursts of 20 mean nothing of the last burst awaits its deadline).
         if (
-            https_sent >= 40
+            before == after
+            and https_sent >= 40
             and https_sent % 20 == 0
+            and https_lost == drops
             and ("llm_path_route_info", "https", "other") in values
         ):
             break
         time.sleep(0.2)
     else:
-        pytest.fail(f"no two TCP bursts within 40 s; log:\n{log.read_text()}")
+        pytest.fail(
+            f"no two TCP bursts whose losses match the {drops} nftables drops within 40 s "
+            f"(last: {https_lost} lost); log:\n{log.read_text()}"
+        )
     assert scrape(client, 9400, "/-/healthy")[0] == 200
     logged = log.read_text()
-
-    https_lost = (
-        values[("llm_path_packets_sent_total", "https", "")]
-        - values[("llm_path_packets_received_total", "https", "")]
-    )
-    ruleset = json.loads(sh("ip", "netns", "exec", far, "nft", "-j", "list", "ruleset"))
-    drops = next(
-        e["counter"]["packets"]
-        for item in ruleset["nftables"]
-        if "rule" in item
-        for e in item["rule"]["expr"]
-        if "counter" in e
-    )
     assert https_lost == drops and values[("llm_path_packets_received_total", "https", "")] > 0
     closed_sent = values[("llm_path_packets_sent_total", "closed", "")]
     assert closed_sent >= 20 and values[("llm_path_packets_received_total", "closed", "")] == 0

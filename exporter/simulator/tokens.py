@@ -11,19 +11,10 @@ from __future__ import annotations
 
 import random
 
-TOKEN_CHARS = 4
+# Filler words are at most TOKEN_CHARS long, so each generated word is exactly one token.
+from exporter.prompts import WORDS
 
-# Words of at most TOKEN_CHARS characters, so that each generated word is exactly one token.
-WORDS = (
-    "the", "a", "of", "to", "and", "in", "is", "it", "that", "was", "for", "on", "are",
-    "with", "as", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word",
-    "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "use", "each",
-    "she", "do", "how", "if", "will", "up", "out", "many", "then", "them", "some", "so",
-    "make", "like", "him", "into", "time", "has", "look", "two", "more", "go", "see", "way",
-    "who", "may", "down", "side", "been", "now", "find", "any", "new", "work", "part",
-    "take", "get", "made", "live", "back", "only", "most", "very", "know", "just", "also",
-    "well", "good", "much", "over", "such", "long", "read", "line", "near", "far", "slow",
-)
+TOKEN_CHARS = 4
 
 
 def tokenize(text: str) -> list[str]:

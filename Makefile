@@ -65,10 +65,10 @@ pytest: install-test system-deps
 test: lint typecheck pytest
 
 # Refresh the committed rules, Alertmanager template and dashboards after changing
-# config.example.yaml, exporter/rules.py or exporter/grafana.py (a test fails while stale).
+# config.example.yaml, exporter/monitoring/rules.py or exporter/monitoring/dashboards.py (a test fails while stale).
 generate: install
 	$(BIN)/llm-latency-exporter generate --config config.example.yaml --out alerts --dashboards dashboards
-	$(BIN)/python -m exporter.prometheusrule --rules alerts/rules --out deploy/kubernetes/prometheusrule.yaml
+	$(BIN)/python -m exporter.monitoring.prometheusrule --rules alerts/rules --out deploy/kubernetes/prometheusrule.yaml
 
 # Prometheus, Alertmanager (Debian binaries), the exporter, the engine simulator and a
 # webhook sink on 127.0.0.1, data in a temporary directory; for machines without Docker.

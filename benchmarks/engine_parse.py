@@ -2,7 +2,7 @@
 
 Input: a vLLM V1 exposition generated here with prometheus_client (every vLLM family of
 reference/engine-metrics.md §1.3 with its default buckets, `_created` samples included),
-for N models x 2 data-parallel ranks. Ours = ``exporter.engines.parse.parse`` on the bytes
+for N models x 2 data-parallel ranks. Ours = ``exporter.checks.engine.parse.parse`` on the bytes
 (UTF-8 decode, parse, normalize, model cap); reference =
 ``prometheus_client.parser.text_string_to_metric_families`` on the decoded text, fully
 consumed. Each is timed as the median of repeated runs.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.engines.parse import parse
+from exporter.checks.engine.parse import parse
 
 MIN_SPEEDUP = 3.0
 MAX_MS_PER_MB = 60.0

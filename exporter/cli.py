@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter import __version__
 from exporter.checks import build_checks, unimplemented_sections
-from exporter.config import Config, ConfigError, format_duration, load_config
+from exporter.config.models import Config, ConfigError, format_duration, load_config
 
 EXIT_USAGE = 2
 
@@ -42,8 +42,8 @@ def _load_or_exit(path: str) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from exporter.app import App
-    from exporter.logs import setup_logging
+    from exporter.runtime.app import App
+    from exporter.runtime.logs import setup_logging
 
     config = _load_or_exit(args.config)
     setup_logging(config.server.log_format, config.server.log_level)
@@ -101,7 +101,8 @@ AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
 
 def _extra_subcommands() -> list[Callable[[AddParser], None]]:
     """``register(add)`` functions of subcommands defined beside their code."""
-    from exporter import bench, generate
+    from exporter.bench import cli as bench
+    from exporter.monitoring import generate
     from exporter.simulator import cli as simulator_cli
 
     return [simulator_cli.register, bench.register, generate.register]

@@ -158,7 +158,7 @@ EXPORTER_CONFIG_LAST_RELOAD_SUCCESSFUL = _def(
 )
 
 # --- gpu (NVML) ---------------------------------------------------------------------------
-# Read by exporter/checks/gpu.py. Per-GPU series carry `gpu` (NVML index), `uuid` and `name`.
+# Read by exporter/checks/gpu/check.py. Per-GPU series carry `gpu` (NVML index), `uuid` and `name`.
 # A value NVML does not provide for a GPU (NotSupported, FunctionNotFound on an old driver,
 # no permission) is absent for that GPU, never 0; while llm_gpu_nvml_up is 0 every other
 # llm_gpu_* series is absent. docs/gpu.md explains utilization vs bandwidth.
@@ -370,7 +370,7 @@ GPU_PROCESS_MEMORY = _def(
 )
 
 # --- synthetic streaming probes --------------------------------------------------------
-# Definitions in exporter/stream.py and docs/metrics.md ("Probe metrics"). Latency bounds
+# Definitions in exporter/probing/stream.py and docs/metrics.md ("Probe metrics"). Latency bounds
 # step through 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8 per decade, so neighbouring bounds differ
 # by at most 4/3: histogram_quantile() places a P95 inside a bucket that narrow anywhere from
 # 50 ms to 60 s (TTFT, E2E, stalls) and from 2 ms to 2 s (ITL, TPOT).
@@ -507,7 +507,7 @@ PROBE_LAST_SUCCESS = _def(
 
 # --- engine ---------------------------------------------------------------------------
 # One normalized schema over vLLM, trtllm-serve, Triton and SGLang; the source of each
-# family per engine is the data table in exporter/engines/table.py. Data series carry
+# family per engine is the data table in exporter/checks/engine/table.py. Data series carry
 # `engine` (the engine family, e.g. vllm), `model` (capped per target by max_models) and
 # `dp_rank` (data-parallel index; empty where the engine has none). Histograms have no
 # bucket list here: they pass the engine's own `le` bounds through unchanged.

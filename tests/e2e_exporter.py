@@ -14,9 +14,9 @@ import time
 
 import pynvml
 
-from exporter.app import App
-from exporter.config import load_config
-from exporter.logs import setup_logging
+from exporter.config.models import load_config
+from exporter.runtime.app import App
+from exporter.runtime.logs import setup_logging
 from tests.fake_nvml import FakeNvml, h200
 
 

@@ -2,7 +2,7 @@
 
 The oracle reads the fixtures with prometheus_client's own parser and maps them with the
 table below, written out by hand from reference/engine-metrics.md rather than taken from
-exporter/engines/table.py, so a wrong row in the real table makes the comparison fail.
+exporter/checks/engine/table.py, so a wrong row in the real table makes the comparison fail.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from exporter import metrics
-from exporter.config import Config, load_config
+from exporter.config.models import Config, load_config
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "config.example.yaml"
@@ -34,7 +34,7 @@ def example() -> Config:
 
 
 def committed() -> dict[str, str]:
-    """The committed files, keyed like exporter.generate.render()."""
+    """The committed files, keyed like exporter.monitoring.generate.render()."""
     files = {
         f"rules/{p.name}": p.read_text(encoding="utf-8")
         for p in (ALERTS / "rules").glob("*.yaml")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter import rules
+from exporter.monitoring import rules
 from tests.conftest import ROOT, Proc, free_port, http_get, wait_until
 from tests.generated import ALERTS, AM_FILE, RULE_FILES, alerts_by_name, example, groups
 

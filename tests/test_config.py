@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from exporter.config import Config, ConfigError, _unwrap, parse_config
+from exporter.config.models import Config, ConfigError, _unwrap, parse_config
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.yaml"
 
@@ -232,7 +232,7 @@ def test_secret_from_file(tmp_path: Path) -> None:
 
 
 def test_durations() -> None:
-    from exporter.config import parse_duration
+    from exporter.config.models import parse_duration
 
     assert parse_duration("200ms") == pytest.approx(0.2)
     assert parse_duration("1m30s") == 90

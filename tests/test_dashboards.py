@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from exporter import grafana
+from exporter.monitoring import dashboards as grafana
 from tests.conftest import ROOT
 from tests.generated import (
     RULE_FILES,

@@ -26,8 +26,10 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from exporter import __version__, prometheusrule, stack
-from exporter.config import ConfigError, load_config
+from exporter import __version__
+from exporter.config.models import ConfigError, load_config
+from exporter.monitoring import prometheusrule
+from exporter.stack import supervisor as stack
 from tests.conftest import ROOT
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"

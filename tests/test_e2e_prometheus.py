@@ -24,8 +24,10 @@ from typing import Any
 
 import pytest
 
-from exporter import generate, grafana, metrics
-from exporter.config import load_config
+from exporter import metrics
+from exporter.config.models import load_config
+from exporter.monitoring import dashboards as grafana
+from exporter.monitoring import generate
 from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.generated import queries, rules_of, substitute
 

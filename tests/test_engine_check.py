@@ -19,12 +19,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from exporter.app import App
 from exporter.checks import FACTORIES, build_checks, unimplemented_sections
-from exporter.checks import engine as engine_mod
-from exporter.checks.engine import REASONS, EngineCheck, ScrapeError
-from exporter.config import parse_config
-from exporter.scheduler import Scheduler
+from exporter.checks.engine import check as engine_mod
+from exporter.checks.engine.check import REASONS, EngineCheck, ScrapeError
+from exporter.config.models import parse_config
+from exporter.runtime.app import App
+from exporter.runtime.scheduler import Scheduler
 from tests.conftest import free_port
 from tests.engine_fixtures import (
     assert_same,
@@ -312,7 +312,7 @@ async def test_recovery_and_state_change_logging(
         assert data_series(out, "e")
     finally:
         await sched.stop()
-    transitions = [r for r in caplog.records if r.name == "exporter.scheduler"]
+    transitions = [r for r in caplog.records if r.name == "exporter.runtime.scheduler"]
     assert [r.getMessage() for r in transitions] == ["check failing", "check recovered"]
     assert "http_5xx" in transitions[0].__dict__["error"]
     logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)

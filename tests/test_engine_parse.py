@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 from exporter import metrics
-from exporter.engines import table
-from exporter.engines.parse import HistogramValue, ParseError, Snapshot, detect, parse
-from exporter.engines.table import FORMATS, SOURCES, Source, sources_for
+from exporter.checks.engine import table
+from exporter.checks.engine.parse import HistogramValue, ParseError, Snapshot, detect, parse
+from exporter.checks.engine.table import FORMATS, SOURCES, Source, sources_for
 from tests.engine_fixtures import (
     SampleKey,
     assert_same,

@@ -16,10 +16,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import metrics
-from exporter.app import App
-from exporter.config import parse_config
-from exporter.engines.table import FORMATS, Source, sources_for
+from exporter.checks.engine.table import FORMATS, Source, sources_for
+from exporter.config.models import parse_config
 from exporter.metrics import Kind
+from exporter.runtime.app import App
 from exporter.simulator.engine import EngineConfig
 from exporter.simulator.server import Settings, start
 from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter import generate, rules
-from exporter.config import parse_config
+from exporter.config.models import parse_config
+from exporter.monitoring import generate, rules
 from tests.conftest import ROOT
 from tests.generated import (
     EXAMPLE,
@@ -24,7 +24,7 @@ from tests.generated import (
     unknown_names,
 )
 
-GENERATORS = [ROOT / "exporter" / n for n in ("rules.py", "grafana.py", "generate.py")]
+GENERATORS = sorted((ROOT / "exporter" / "monitoring").rglob("*.py"))
 
 
 def variant(old: str, new: str) -> dict[str, str]:

@@ -19,18 +19,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import __version__, metrics
 from exporter import checks as checks_pkg
-from exporter.app import App
 from exporter.checks import Check, unimplemented_sections
-from exporter.checks import gpu as gpu_check
-from exporter.checks.gpu import GpuCheck, GpuCollector
-from exporter.config import parse_config
-from exporter.nvml import (
+from exporter.checks.gpu import check as gpu_check
+from exporter.checks.gpu.check import GpuCheck, GpuCollector
+from exporter.checks.gpu.nvml import (
     MAX_EVENTS_PER_TICK,
     RESCAN_FIRST,
     NvmlSampler,
     formula_peak_bandwidth,
     spec_peak_bandwidth,
 )
+from exporter.config.models import parse_config
+from exporter.runtime.app import App
 from tests.conftest import ROOT, free_port, wait_until
 from tests.fake_nvml import (
     OLD_DRIVER_MISSING,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from exporter import metrics
-from exporter.engines import table
+from exporter.checks.engine import table
 from tests.conftest import ROOT
 
 DOC = ROOT / "docs" / "metrics.md"
@@ -61,8 +61,8 @@ def test_engine_mapping_table_mirrors_the_code() -> None:
     doc = DOC.read_text(encoding="utf-8")
     assert table.DOC_BEGIN in doc and table.DOC_END in doc
     assert table.replace_doc_block(doc) == doc, (
-        "docs/metrics.md engine table differs from exporter/engines/table.py; "
-        "regenerate with: .venv/bin/python -m exporter.engines.table docs/metrics.md"
+        "docs/metrics.md engine table differs from exporter/checks/engine/table.py; "
+        "regenerate with: .venv/bin/python -m exporter.checks.engine.table docs/metrics.md"
     )
     # Every row of the table made it into the generated block, one line each.
     block = doc.partition(table.DOC_BEGIN)[2].partition(table.DOC_END)[0]

@@ -23,10 +23,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.checks import path
-from exporter.checks.path import PathCheck
-from exporter.checks.route import RouteCheck
-from exporter.config import parse_config
+from exporter.checks.path import check as path
+from exporter.checks.path.check import PathCheck
+from exporter.checks.path.route import RouteCheck
+from exporter.config.models import parse_config
 from tests.conftest import http_get
 from tests.netlab import ROOT, Lab, Responder, in_netns, require_lab, sh
 

@@ -16,10 +16,17 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.checks import path
-from exporter.checks.path import PathCheck, PathError, mean_abs_diff, rfc3550, rtt_diffs, run_burst
-from exporter.config import ConfigError, load_config, parse_config
-from exporter.routes import OTHER, UNKNOWN, RouteTableError, load_table
+from exporter.checks.path import check as path
+from exporter.checks.path.check import (
+    PathCheck,
+    PathError,
+    mean_abs_diff,
+    rfc3550,
+    rtt_diffs,
+    run_burst,
+)
+from exporter.checks.path.routes import OTHER, UNKNOWN, RouteTableError, load_table
+from exporter.config.models import ConfigError, load_config, parse_config
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

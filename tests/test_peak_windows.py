@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config import parse_config
-from exporter.peak import PeakWindowCollector
+from exporter.config.models import parse_config
+from exporter.runtime.peak import PeakWindowCollector
 
 UTC = dt.UTC
 

@@ -24,12 +24,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import App
-from exporter.checks import probe
-from exporter.checks.probe import EndpointBusy, EndpointGate, ProbeCheck, ProbeFailed
-from exporter.client import _Arrivals, _pieces
-from exporter.config import parse_config
-from exporter.scheduler import Scheduler
+from exporter.checks.probe import check as probe
+from exporter.checks.probe.check import EndpointBusy, EndpointGate, ProbeCheck, ProbeFailed
+from exporter.config.models import parse_config
+from exporter.probing.client import _Arrivals, _pieces
+from exporter.runtime.app import App
+from exporter.runtime.scheduler import Scheduler
 from exporter.simulator.faults import Faults
 from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
 

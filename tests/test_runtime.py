@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import checks as checks_pkg
-from exporter.app import App
 from exporter.checks import Check
-from exporter.config import Config, parse_config
-from exporter.scheduler import Scheduler
+from exporter.config.models import Config, parse_config
+from exporter.runtime.app import App
+from exporter.runtime.scheduler import Scheduler
 from tests.conftest import free_port
 
 
@@ -147,7 +147,7 @@ async def test_stubborn_run_is_never_overlapped() -> None:
 async def test_state_changes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     flaky = Counting("flaky", interval=1)
     sched = Scheduler([flaky], CollectorRegistry())
-    caplog.set_level("INFO", logger="exporter.scheduler")
+    caplog.set_level("INFO", logger="exporter.runtime.scheduler")
 
     async def fail() -> None:
         raise ConnectionRefusedError("connection refused")

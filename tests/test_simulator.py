@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.engines.table import FORMATS, sources_for
+from exporter.checks.engine.table import FORMATS, sources_for
 from exporter.simulator.engine import EngineConfig
 from exporter.simulator.faults import Faults
 from exporter.simulator.server import Running, Settings, start

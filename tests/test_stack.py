@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from exporter import stack
+from exporter.stack import supervisor as stack
 from tests.conftest import ROOT, free_port, http_get, wait_until
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter import stack
+from exporter.stack import supervisor as stack
 from tests.conftest import ROOT, http_get
 from tests.test_stack import free_ports
 

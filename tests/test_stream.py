@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from exporter.stream import Outcome, StreamReader, StreamResult
+from exporter.probing.stream import Outcome, StreamReader, StreamResult
 
 
 def chunk(delta: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:

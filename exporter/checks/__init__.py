@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from exporter.checks import engine, gpu, path, probe
 from exporter.checks.base import Check, Factory
-from exporter.config import Config
+from exporter.checks.engine import check as engine
+from exporter.checks.gpu import check as gpu
+from exporter.checks.path import check as path
+from exporter.checks.probe import check as probe
+from exporter.config.models import Config
 
 FACTORIES: dict[str, Factory] = {}
 FACTORIES["engines"] = engine.build

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from exporter.config import Config
+from exporter.config.models import Config
 
 
 class Check(ABC):

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 
-from exporter.engines.table import FORMATS
+from exporter.checks.engine.table import FORMATS
 from exporter.simulator.engine import EngineConfig
 from exporter.simulator.faults import DESCRIPTIONS, FaultError, Faults, parse_assignments
 from exporter.simulator.server import DEFAULT_MODEL, Settings, serve
@@ -151,7 +151,7 @@ async def _main(settings: Settings) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from exporter.logs import setup_logging
+    from exporter.runtime.logs import setup_logging
 
     settings = settings_from_args(args)
     setup_logging(args.log_format, args.log_level)

@@ -1,6 +1,6 @@
 """Render the simulator's normalized state as one engine's exposition.
 
-The mapping table (exporter/engines/table.py) says how each source family becomes a
+The mapping table (exporter/checks/engine/table.py) says how each source family becomes a
 normalized family; this module runs it backwards: for every row of ``sources_for(format)``
 the normalized series are renamed to the source's labels, its ``match`` labels are added,
 values are divided by ``scale`` (histogram ``le`` bounds and ``_sum`` too, counts never),
@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from exporter.engines.table import Source, sources_for
+from exporter.checks.engine.table import Source, sources_for
 from exporter.metrics import Kind
 from exporter.simulator.stats import Histogram, Store, Value
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from exporter.engines.table import FORMATS
+from exporter.checks.engine.table import FORMATS
 from exporter.simulator import render
 from exporter.simulator.engine import (
     Engine,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 # Filler words are at most TOKEN_CHARS long, so each generated word is exactly one token.
-from exporter.prompts import WORDS
+from exporter.probing.prompts import WORDS
 
 TOKEN_CHARS = 4
 

@@ -367,7 +367,7 @@ class PathsConfig(_Model):
     timeout: Duration = 2.0
     route_interval: Duration = 600.0
     # Files, relative to the config file: carriers merged in (deploy/carriers-cn.yaml), and a
-    # route table extending or replacing exporter/data/routes-cn.yaml.
+    # route table extending or replacing exporter/checks/path/data/routes-cn.yaml.
     include: str | None = None
     route_table: str | None = None
     carriers: dict[Name, list[PathTarget]] = Field(min_length=1)
@@ -394,7 +394,7 @@ class PathsConfig(_Model):
     @field_validator("route_table")
     @classmethod
     def _route_table(cls, value: str | None) -> str | None:
-        from exporter.routes import RouteTableError, load_table
+        from exporter.checks.path.routes import RouteTableError, load_table
 
         if value is not None:
             try:

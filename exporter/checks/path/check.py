@@ -36,9 +36,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from exporter import metrics
 from exporter.checks.base import Check
-from exporter.checks.route import RouteCheck, RouteMetrics, Tracer, resolve_ipv4
-from exporter.config import Config, PathsConfig, PathTarget
-from exporter.routes import load_table
+from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer, resolve_ipv4
+from exporter.checks.path.routes import load_table
+from exporter.config.models import Config, PathsConfig, PathTarget
 
 log = logging.getLogger("exporter.path")
 

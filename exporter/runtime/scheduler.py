@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from exporter import metrics
 from exporter.checks.base import Check
 
-log = logging.getLogger("exporter.scheduler")
+log = logging.getLogger("exporter.runtime.scheduler")
 
 #: Start jitter is capped so a 10-minute route check still starts within a few seconds.
 MAX_START_JITTER = 5.0

@@ -11,8 +11,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter import grafana, rules
-from exporter.config import Config, ConfigError, load_config
+from exporter.config.models import Config, ConfigError, load_config
+from exporter.monitoring import dashboards as grafana
+from exporter.monitoring import rules
 
 EXIT_USAGE = 2
 

@@ -11,7 +11,7 @@ from prometheus_client.exposition import choose_encoder
 from exporter import __version__
 
 if TYPE_CHECKING:
-    from exporter.app import App
+    from exporter.runtime.app import App
 
 APP_KEY: web.AppKey[App] = web.AppKey("exporter")
 

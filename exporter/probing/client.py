@@ -29,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from exporter import __version__
-from exporter.stream import Outcome, StreamReader, StreamResult
+from exporter.probing.stream import Outcome, StreamReader, StreamResult
 
 Api = Literal["chat", "completions"]
 Connection = Literal["new", "reused"]

@@ -2,7 +2,7 @@
 way a user feels it (TTFT, time to first content, TPOT, inter-token gaps, E2E, stalls) with
 connection phases kept apart, every failure named by its outcome.
 
-The request path is :mod:`exporter.client`, shared with ``bench``. Safety: requests to one
+The request path is :mod:`exporter.probing.client`, shared with ``bench``. Safety: requests to one
 endpoint (host:port) pass a gate with a concurrency cap and a minimum spacing between
 starts; responses are capped in size; prompts, responses and keys are never logged (the
 only text that leaves a run is its outcome and a short transport-level detail).
@@ -19,10 +19,17 @@ from prometheus_client import CollectorRegistry
 
 from exporter import metrics
 from exporter.checks.base import Check
-from exporter.client import Client, RequestResult, RequestSpec, Timeouts, endpoint_url, target_of
-from exporter.config import Config, ProbeConfig, SloConfig
-from exporter.prompts import nonce, probe_max_tokens, probe_prompt
-from exporter.stream import Outcome
+from exporter.config.models import Config, ProbeConfig, SloConfig
+from exporter.probing.client import (
+    Client,
+    RequestResult,
+    RequestSpec,
+    Timeouts,
+    endpoint_url,
+    target_of,
+)
+from exporter.probing.prompts import nonce, probe_max_tokens, probe_prompt
+from exporter.probing.stream import Outcome
 
 #: Longest a probe waits for its endpoint's gate before giving up on this run (the run then
 #: fails as "endpoint busy" and no request is counted: the endpoint did nothing wrong).

@@ -5,7 +5,8 @@ Building that resource from alerts/rules/*.yaml (rather than from the generator'
 guarantees Kubernetes runs byte-for-byte the rules that promtool tests and that compose
 and ``make stack`` load.
 
-    python -m exporter.prometheusrule      # alerts/rules -> deploy/kubernetes/prometheusrule.yaml
+    # alerts/rules -> deploy/kubernetes/prometheusrule.yaml
+    python -m exporter.monitoring.prometheusrule
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from typing import Any
 
 import yaml
 
-from exporter.rules import dump_yaml
+from exporter.monitoring.rules import dump_yaml
 
 NAME = "llm-latency-exporter"
 NAMESPACE = "llm-latency"
 #: What a kube-prometheus-stack install selects rules by (as servicemonitor.yaml).
 LABELS = {"app.kubernetes.io/name": NAME, "release": "kube-prometheus-stack"}
 HEADER = (
-    "# Generated from alerts/rules/*.yaml by `python -m exporter.prometheusrule` (make generate);\n"
-    "# do not edit: change the config or exporter/rules.py and regenerate.\n"
+    "# Generated from alerts/rules/*.yaml by `python -m exporter.monitoring.prometheusrule`"
+    " (make generate);\n"
+    "# do not edit: change the config or exporter/monitoring/ and regenerate.\n"
 )
 
 
@@ -56,7 +58,7 @@ def render(rules_dir: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m exporter.prometheusrule",
+    parser = argparse.ArgumentParser(prog="python -m exporter.monitoring.prometheusrule",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--rules", type=Path, default=Path("alerts/rules"))
     parser.add_argument("--out", type=Path, default=Path("deploy/kubernetes/prometheusrule.yaml"))

@@ -166,7 +166,7 @@ def render(root: Path, workdir: Path, ports: Ports) -> None:
     local = local_receivers(generated, f"http://127.0.0.1:{ports.sink}")
     (am / "alertmanager.yml").write_text(
         "# alerts/alertmanager.yaml with its receivers pointed at the local sink "
-        "(exporter/stack.py).\n" + yaml.safe_dump(local, sort_keys=False)
+        "(exporter/stack/supervisor.py).\n" + yaml.safe_dump(local, sort_keys=False)
     )
 
     template = Template((root / "deploy/stack/exporter.yaml").read_text())
@@ -499,5 +499,3 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """``llm-latency-exporter bench``: a bounded load run against one endpoint, as before and after
-a change. Same request path and stream reader as the probes (exporter/client.py), so a
+a change. Same request path and stream reader as the probes (exporter/probing/client.py), so a
 bench number and a probe number mean the same thing.
 
 Output: a summary table on stdout, a live progress bar on stderr when it is a terminal,
@@ -28,7 +28,8 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from exporter import __version__
-from exporter.client import (
+from exporter.config.models import SloConfig, parse_duration
+from exporter.probing.client import (
     Api,
     Client,
     RequestResult,
@@ -37,9 +38,8 @@ from exporter.client import (
     endpoint_url,
     target_of,
 )
-from exporter.config import SloConfig, parse_duration
-from exporter.prompts import sized_prompt
-from exporter.stream import Outcome
+from exporter.probing.prompts import sized_prompt
+from exporter.probing.stream import Outcome
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from exporter.engines.table import ALIASES, ENGINES, PREFIXES, Source, rows_for_engine
+from exporter.checks.engine.table import ALIASES, ENGINES, PREFIXES, Source, rows_for_engine
 from exporter.metrics import Family, Kind
 
 _VALUE, _BUCKET, _SUM, _COUNT = 0, 1, 2, 3

@@ -1,7 +1,7 @@
 """Engine check: scrape an inference engine's metrics endpoint, re-expose one schema.
 
 Each target (``engines:`` entry) is scraped over aiohttp with a total timeout and a body-size
-cap, parsed by ``exporter.engines.parse`` against the mapping table, and kept as an
+cap, parsed by ``exporter.checks.engine.parse`` against the mapping table, and kept as an
 immutable snapshot. A custom collector renders the last successful snapshot of every
 target at /metrics time, so values are the engine's own (counter resets pass through as
 resets, histograms keep the engine's buckets) and a target that goes down loses its data
@@ -31,9 +31,9 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import __version__, metrics
 from exporter.checks.base import Check
-from exporter.config import Config, EngineConfig
-from exporter.engines.parse import HistogramValue, ParseError, Snapshot, detect, parse
-from exporter.engines.table import SOURCES
+from exporter.checks.engine.parse import HistogramValue, ParseError, Snapshot, detect, parse
+from exporter.checks.engine.table import SOURCES
+from exporter.config.models import Config, EngineConfig
 from exporter.metrics import Kind
 
 log = logging.getLogger("exporter.engine")

@@ -25,8 +25,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from exporter import metrics
 from exporter.checks.base import Check
-from exporter.config import PathTarget
-from exporter.routes import UNKNOWN, RouteTable
+from exporter.checks.path.routes import UNKNOWN, RouteTable
+from exporter.config.models import PathTarget
 
 log = logging.getLogger("exporter.route")
 

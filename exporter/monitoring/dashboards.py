@@ -1,7 +1,8 @@
 """Grafana dashboards, built with grafana-foundation-sdk from one Config.
 
-Metric names come from :mod:`exporter.metrics`, recorded names from :mod:`exporter.rules`;
-SLO lines, drift windows and route-class names come from the config. Every panel and
+Metric names come from :mod:`exporter.metrics`, recorded names from
+:mod:`exporter.monitoring.rules`; SLO lines, drift windows and
+route-class names come from the config. Every panel and
 query points at the ``${datasource}`` variable; uids are fixed so links and bookmarks
 survive regeneration. The SDK is pinned to the Grafana 11.6 build (pyproject.toml), the
 version of the image in docker-compose.yml.
@@ -23,10 +24,11 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from exporter import metrics, rules
-from exporter.config import Config
+from exporter import metrics
+from exporter.config.models import Config
 from exporter.metrics import Family
-from exporter.rules import MODEL, PATH, PROBE, quantile
+from exporter.monitoring import rules
+from exporter.monitoring.rules import MODEL, PATH, PROBE, quantile
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAG = "llm-latency-exporter"

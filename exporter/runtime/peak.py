@@ -15,7 +15,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import metrics
-from exporter.config import PeakWindow, PeakWindowsConfig
+from exporter.config.models import PeakWindow, PeakWindowsConfig
 
 
 def in_window(window: PeakWindow, local: dt.time) -> bool:

@@ -24,11 +24,11 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__, metrics
 from exporter.checks import Check, build_checks, unimplemented_sections
-from exporter.config import Config, ConfigError, load_config
-from exporter.logs import setup_logging
-from exporter.peak import PeakWindowCollector
-from exporter.scheduler import CheckState, Scheduler
-from exporter.server import make_web_app
+from exporter.config.models import Config, ConfigError, load_config
+from exporter.runtime.logs import setup_logging
+from exporter.runtime.peak import PeakWindowCollector
+from exporter.runtime.scheduler import CheckState, Scheduler
+from exporter.runtime.server import make_web_app
 
 log = logging.getLogger("exporter")
 

@@ -1,4 +1,4 @@
-"""Route classes from traceroute hop addresses, by CIDR table (``exporter/data/routes-cn.yaml``).
+"""Route classes from traceroute hop addresses, by CIDR table (``data/routes-cn.yaml`` here).
 
 A table names networks (lists of CIDRs) and ordered rules; the first rule whose networks all
 appear among the hops gives the class. A user file extends the built-in table (its networks
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from exporter.config import ConfigError, YamlPath, _compose, format_path
+from exporter.config.models import ConfigError, YamlPath, _compose, format_path
 
 #: Built-in classes that no table rule may use: no rule matched / no hop answered.
 OTHER = "other"
@@ -138,7 +138,7 @@ class _Source:
 
 
 def builtin_text() -> str:
-    return resources.files("exporter").joinpath("data/routes-cn.yaml").read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("data/routes-cn.yaml").read_text(encoding="utf-8")
 
 
 def load_table(path: str | None = None) -> RouteTable:

@@ -1,6 +1,6 @@
 """GPU check: NVML telemetry per GPU (utilization, memory, power, bandwidth, errors).
 
-The blocking NVML work lives in exporter/nvml.py and runs on one dedicated worker thread.
+The blocking NVML work lives in exporter/checks/gpu/nvml.py and runs on one dedicated worker thread.
 Each run publishes a snapshot; a custom collector renders the latest one at scrape time, so
 a value NVML did not give is simply not yielded (absent, not 0) and a scrape never touches
 NVML. Failing to load NVML is not a check failure: llm_gpu_nvml_up says so and the exporter
@@ -22,9 +22,9 @@ from prometheus_client.registry import Collector
 
 from exporter import metrics
 from exporter.checks.base import Check
-from exporter.config import Config, GpuConfig
+from exporter.checks.gpu.nvml import GpuReading, NvmlSampler, Snapshot
+from exporter.config.models import Config, GpuConfig
 from exporter.metrics import Family, Kind
-from exporter.nvml import GpuReading, NvmlSampler, Snapshot
 
 T = TypeVar("T")
 

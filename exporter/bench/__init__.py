@@ -1,0 +1,1 @@
+"""``llm-latency-exporter bench``: load an OpenAI-compatible server and report TTFT/TPOT."""

@@ -1,0 +1,1 @@
+"""The long-running exporter: app (config -> checks -> scheduler), HTTP server, logs."""

@@ -1,0 +1,2 @@
+"""The native stack (``make stack``): Prometheus, Alertmanager, exporter and simulator
+on loopback."""

@@ -1,0 +1,3 @@
+from exporter.stack.supervisor import main
+
+raise SystemExit(main())

@@ -118,6 +118,9 @@ EXPORTER_BUILD_INFO = _def(
     "Always 1; labels carry the exporter version and Python version.",
     ("version", "python"),
 )
+#: Bounded values of ``outcome`` on EXPORTER_CHECK_RUNS; the first is the good one.
+CHECK_OUTCOMES = ("success", "error", "timeout", "skipped")
+CHECK_SUCCESS, CHECK_ERROR, CHECK_TIMEOUT, CHECK_SKIPPED = CHECK_OUTCOMES
 EXPORTER_CHECK_RUNS = _def(
     "llm_exporter_check_runs_total",
     Kind.COUNTER,
@@ -145,6 +148,8 @@ EXPORTER_PEAK_WINDOW = _def(
     "Rules gate day-vs-evening comparisons on it, so PromQL needs no timezone arithmetic.",
     ("window",),
 )
+#: Bounded values of ``outcome`` on EXPORTER_CONFIG_RELOADS.
+RELOAD_OUTCOMES = (CHECK_SUCCESS, CHECK_ERROR)
 EXPORTER_CONFIG_RELOADS = _def(
     "llm_exporter_config_reloads_total",
     Kind.COUNTER,
@@ -286,12 +291,24 @@ GPU_PCIE_TX = _def(
     GPU_LABELS,
     section="gpu",
 )
+#: Bounded values of ``reason`` on GPU_CLOCK_EVENT (dcgm-exporter's names, so dashboards
+#: translate); the NVML sampler maps its clock-event bits onto these.
+GPU_CLOCK_EVENT_REASONS = (
+    "gpu_idle",
+    "clocks_setting",
+    "power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal",
+    "hw_thermal",
+    "hw_power_brake",
+    "display_clocks",
+)
 GPU_CLOCK_EVENT = _def(
     "llm_gpu_clock_event_active",
     Kind.GAUGE,
-    "1 while the named reason holds clocks below their maximum, else 0: gpu_idle, "
-    "clocks_setting, power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, "
-    "hw_power_brake, display_clocks.",
+    "1 while the named reason holds clocks below their maximum, else 0: "
+    + ", ".join(GPU_CLOCK_EVENT_REASONS) + ".",
     (*GPU_LABELS, "reason"),
     section="gpu",
 )
@@ -530,6 +547,18 @@ ENGINE_SCRAPE_DURATION = _def(
     ENGINE_TARGET_LABELS,
     section="engine",
 )
+#: Bounded values of ``reason`` on ENGINE_SCRAPE_ERRORS; pre-created at 0 per target.
+ENGINE_SCRAPE_ERROR_REASONS = (
+    "timeout",
+    "connection",
+    "http_4xx",
+    "http_5xx",
+    "http_status",
+    "too_large",
+    "not_prometheus",
+    "malformed",
+    "unrecognized",
+)
 ENGINE_SCRAPE_ERRORS = _def(
     "llm_engine_scrape_errors_total",
     Kind.COUNTER,
@@ -658,11 +687,13 @@ ENGINE_PREEMPTIONS = _def(
     ENGINE_SERIES_LABELS,
     section="engine",
 )
+#: The finish reasons vLLM reports on ENGINE_REQUESTS_FINISHED (others pass through).
+ENGINE_FINISH_REASONS = ("stop", "length", "abort", "error")
 ENGINE_REQUESTS_FINISHED = _def(
     "llm_engine_requests_finished_total",
     Kind.COUNTER,
-    "Finished requests by the engine's finish reason (vLLM: stop, length, abort, error, ...; "
-    "empty where the engine gives no reason).",
+    "Finished requests by the engine's finish reason (vLLM: "
+    + ", ".join(ENGINE_FINISH_REASONS) + ", ...; empty where the engine gives no reason).",
     (*ENGINE_SERIES_LABELS, "finished_reason"),
     section="engine",
 )
@@ -750,6 +781,9 @@ PATH_RTT = _def(
     PATH_RTT_BUCKETS,
     section="path",
 )
+#: Bounded values of ``method`` on PATH_JITTER; the first is the one rules alert on.
+PATH_JITTER_METHODS = ("rfc3550", "mean_abs_diff")
+PATH_JITTER_RFC3550, PATH_JITTER_MEAN_ABS_DIFF = PATH_JITTER_METHODS
 PATH_JITTER = _def(
     "llm_path_jitter_seconds",
     Kind.GAUGE,

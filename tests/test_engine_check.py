@@ -21,8 +21,9 @@ from prometheus_client.samples import Sample
 
 from exporter.checks import FACTORIES, build_checks, unimplemented_sections
 from exporter.checks.engine import check as engine_mod
-from exporter.checks.engine.check import REASONS, EngineCheck, ScrapeError
+from exporter.checks.engine.check import EngineCheck, ScrapeError
 from exporter.config.models import parse_config
+from exporter.metrics import ENGINE_SCRAPE_ERROR_REASONS as REASONS
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler
 from tests.conftest import free_port

@@ -75,7 +75,7 @@ class App:
             __version__, platform.python_version()
         ).set(1)
         self._reloads = metrics.EXPORTER_CONFIG_RELOADS.counter(self.registry)
-        for outcome in ("success", "error"):
+        for outcome in metrics.RELOAD_OUTCOMES:
             self._reloads.labels(outcome)
         self._last_reload_ok = metrics.EXPORTER_CONFIG_LAST_RELOAD_SUCCESSFUL.gauge(self.registry)
         self._last_reload_ok.set(1)
@@ -153,7 +153,7 @@ class App:
                         "config reload failed, keeping the running config",
                         extra={"problem": message},
                     )
-                self._reloads.labels("error").inc()
+                self._reloads.labels(metrics.CHECK_ERROR).inc()
                 self._last_reload_ok.set(0)
                 return False
             old = self.gen
@@ -167,7 +167,7 @@ class App:
             self.gen = new
             self._warn_unimplemented(config)
             new.scheduler.start()
-            self._reloads.labels("success").inc()
+            self._reloads.labels(metrics.CHECK_SUCCESS).inc()
             self._last_reload_ok.set(1)
             log.info("config reloaded", extra={"checks": len(new.scheduler.checks)})
             return True

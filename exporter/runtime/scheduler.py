@@ -55,7 +55,7 @@ class Scheduler:
         self._last_success = metrics.EXPORTER_CHECK_LAST_SUCCESS.gauge(registry)
         for check in checks:
             # Pre-create the series so a rate() over them works from the first failure on.
-            for outcome in ("success", "error", "timeout", "skipped"):
+            for outcome in metrics.CHECK_OUTCOMES:
                 self._runs.labels(check.name, outcome)
             self._duration.labels(check.name)
 
@@ -101,7 +101,7 @@ class Scheduler:
         state = self.state[check.name]
         if state.inflight is not None and not state.inflight.done():
             # The previous run ignored cancellation; never start a second one beside it.
-            return self._record(check, "skipped", 0.0, "previous run still in progress")
+            return self._record(check, metrics.CHECK_SKIPPED, 0.0, "previous run still in progress")
         started = time.monotonic()
         task = asyncio.create_task(check.run(), name=f"run:{check.name}")
         try:
@@ -113,8 +113,8 @@ class Scheduler:
         if task in done:
             exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
             if exc is None:
-                return self._record(check, "success", elapsed, "")
-            return self._record(check, "error", elapsed, _describe(exc))
+                return self._record(check, metrics.CHECK_SUCCESS, elapsed, "")
+            return self._record(check, metrics.CHECK_ERROR, elapsed, _describe(exc))
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait({task}, timeout=CANCEL_GRACE)
@@ -125,7 +125,7 @@ class Scheduler:
             with contextlib.suppress(BaseException):
                 task.result()
         return self._record(
-            check, "timeout", elapsed, f"run exceeded timeout of {check.timeout:g}s"
+            check, metrics.CHECK_TIMEOUT, elapsed, f"run exceeded timeout of {check.timeout:g}s"
         )
 
     def _record(self, check: Check, outcome: str, elapsed: float, error: str) -> str:
@@ -137,7 +137,7 @@ class Scheduler:
         state.last_error = error
         self._runs.labels(check.name, outcome).inc()
         self._duration.labels(check.name).observe(elapsed)
-        failing = outcome != "success"
+        failing = outcome != metrics.CHECK_SUCCESS
         if failing and not state.failing:
             log.warning(
                 "check failing",

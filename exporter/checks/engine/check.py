@@ -44,18 +44,6 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 #: The scheduler's deadline is the configured timeout plus this, so the HTTP timeout fires
 #: first and the failure is counted here as reason=timeout rather than cancelled blind.
 TIMEOUT_GRACE = 1.0
-#: Bounded values of llm_engine_scrape_errors_total{reason}; pre-created at 0 per target.
-REASONS = (
-    "timeout",
-    "connection",
-    "http_4xx",
-    "http_5xx",
-    "http_status",
-    "too_large",
-    "not_prometheus",
-    "malformed",
-    "unrecognized",
-)
 ACCEPT = (
     "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 )
@@ -71,10 +59,10 @@ DATA_FAMILIES: tuple[metrics.Family, ...] = tuple(dict.fromkeys(s.target for s i
 
 
 class ScrapeError(Exception):
-    """A failed scrape; ``reason`` is one of REASONS, the message is safe to log."""
+    """A failed scrape; ``reason`` is one of ENGINE_SCRAPE_ERROR_REASONS, safe to log."""
 
     def __init__(self, reason: str, detail: str) -> None:
-        assert reason in REASONS, reason
+        assert reason in metrics.ENGINE_SCRAPE_ERROR_REASONS, reason
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
 
@@ -210,7 +198,7 @@ class EngineCheck(Check):
         if config.bearer_token is not None:
             headers["Authorization"] = f"Bearer {config.bearer_token.value()}"
         self._headers = headers
-        for reason in REASONS:
+        for reason in metrics.ENGINE_SCRAPE_ERROR_REASONS:
             shared.errors.labels(self.target, reason)
         shared.dropped.labels(self.target)
 

@@ -71,17 +71,23 @@ _MISSING_ERRORS = frozenset(
     {N.NVML_ERROR_FUNCTION_NOT_FOUND, N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
 )
 
-# Clock-event bits -> `reason` label (dcgm-exporter's names, so dashboards translate).
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (N.nvmlClocksEventReasonGpuIdle, "gpu_idle"),
-    (N.nvmlClocksEventReasonApplicationsClocksSetting, "clocks_setting"),
-    (N.nvmlClocksEventReasonSwPowerCap, "power_cap"),
-    (N.nvmlClocksEventReasonHwSlowdown, "hw_slowdown"),
-    (N.nvmlClocksEventReasonSyncBoost, "sync_boost"),
-    (N.nvmlClocksEventReasonSwThermalSlowdown, "sw_thermal"),
-    (N.nvmlClocksEventReasonHwThermalSlowdown, "hw_thermal"),
-    (N.nvmlClocksEventReasonHwPowerBrakeSlowdown, "hw_power_brake"),
-    (N.nvmlClocksEventReasonDisplayClockSetting, "display_clocks"),
+# Clock-event bits, in the order of metrics.GPU_CLOCK_EVENT_REASONS (the `reason` label).
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = tuple(
+    zip(
+        (
+            N.nvmlClocksEventReasonGpuIdle,
+            N.nvmlClocksEventReasonApplicationsClocksSetting,
+            N.nvmlClocksEventReasonSwPowerCap,
+            N.nvmlClocksEventReasonHwSlowdown,
+            N.nvmlClocksEventReasonSyncBoost,
+            N.nvmlClocksEventReasonSwThermalSlowdown,
+            N.nvmlClocksEventReasonHwThermalSlowdown,
+            N.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+            N.nvmlClocksEventReasonDisplayClockSetting,
+        ),
+        metrics.GPU_CLOCK_EVENT_REASONS,
+        strict=True,
+    )
 )
 
 GPM_METRICS: tuple[tuple[int, Family], ...] = (

@@ -411,12 +411,13 @@ class PathCheck(Check):
         diffs = rtt_diffs(rtts)
         self.jitter = rfc3550(self.jitter, diffs)
         if self.jitter is not None:
-            self._fams.jitter.labels(*self._labels, "rfc3550").set(self.jitter)
+            self._fams.jitter.labels(*self._labels, metrics.PATH_JITTER_RFC3550).set(self.jitter)
         if diffs:
-            self._fams.jitter.labels(*self._labels, "mean_abs_diff").set(statistics.fmean(diffs))
+            mean_abs = self._fams.jitter.labels(*self._labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
+            mean_abs.set(statistics.fmean(diffs))
         else:
             with contextlib.suppress(KeyError):  # undefined for this burst: absent
-                self._fams.jitter.remove(*self._labels, "mean_abs_diff")
+                self._fams.jitter.remove(*self._labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
         if not answered:
             raise PathError(None, f"no answer from {addr} to any of {len(rtts)} probes")
         self._fams.last_success.labels(*self._labels).set(time.time())

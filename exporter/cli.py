@@ -10,14 +10,19 @@ import asyncio
 import errno
 import sys
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
 from exporter import __version__
-from exporter.checks import build_checks, unimplemented_sections
-from exporter.config.models import Config, ConfigError, format_duration, load_config
+from exporter.checks import build_checks
+from exporter.config.load import load_config
+from exporter.config.models import Config
+from exporter.config.values import format_duration
+from exporter.config.yamlfile import ConfigError
 
 EXIT_USAGE = 2
+_T = TypeVar("_T")
 
 RUN_EXAMPLES = """examples:
   llm-latency-exporter run --config /etc/llm-latency-exporter/config.yaml
@@ -32,9 +37,11 @@ exit status: 0 valid, 2 invalid (one line per problem, naming the YAML path and 
 """
 
 
-def _load_or_exit(path: str) -> Config:
+def _or_exit(step: Callable[[], _T]) -> _T:
+    """Run a step that reads the config (loading it, or building the checks, which read the
+    files it names); a problem prints one line each and exits 2."""
     try:
-        return load_config(path)
+        return step()
     except ConfigError as exc:
         for message in exc.messages:
             print(f"error: {message}", file=sys.stderr)
@@ -45,10 +52,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from exporter.runtime.app import App
     from exporter.runtime.logs import setup_logging
 
-    config = _load_or_exit(args.config)
+    config = _or_exit(lambda: load_config(args.config))
+    app = _or_exit(lambda: App(config, args.config))
     setup_logging(config.server.log_format, config.server.log_level)
     try:
-        asyncio.run(App(config, args.config).serve())
+        asyncio.run(app.serve())
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             print(
@@ -84,14 +92,12 @@ def summarize(config: Config, path: str) -> str:
             f"    {check.name:<28} every {format_duration(check.interval):<6}"
             f" timeout {format_duration(check.timeout):<6} {check.describe()}"
         )
-    for section in unimplemented_sections(config):
-        lines.append(f"  {section}: configured, but this version has no check for it (not run)")
     return "\n".join(lines)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = _load_or_exit(args.file)
-    print(summarize(config, args.file))
+    config = _or_exit(lambda: load_config(args.file))
+    print(_or_exit(lambda: summarize(config, args.file)))
     return 0
 
 

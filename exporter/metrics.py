@@ -7,7 +7,7 @@ end in ``_total``, absent-not-zero for anything a source does not provide.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -45,11 +45,9 @@ class Family:
             return self.name[: -len("_total")]
         return self.name
 
-    def create(
-        self, registry: CollectorRegistry, extra_labels: Sequence[str] = ()
-    ) -> Counter | Gauge | Histogram:
+    def create(self, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
         """A prometheus_client object for this family on ``registry``."""
-        labels = list(self.labels) + list(extra_labels)
+        labels = list(self.labels)
         if self.kind is Kind.COUNTER:
             return Counter(self.base, self.help, labels, registry=registry)
         if self.kind is Kind.GAUGE:
@@ -75,18 +73,18 @@ class Family:
         assert isinstance(metric, Histogram)
         return metric
 
-    def gauge_family(self, extra_labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    def gauge_family(self) -> GaugeMetricFamily:
         """An empty family for custom collectors (values added by the caller)."""
         assert self.kind is Kind.GAUGE
-        return GaugeMetricFamily(self.name, self.help, labels=[*self.labels, *extra_labels])
+        return GaugeMetricFamily(self.name, self.help, labels=list(self.labels))
 
-    def counter_family(self, extra_labels: Iterable[str] = ()) -> CounterMetricFamily:
+    def counter_family(self) -> CounterMetricFamily:
         assert self.kind is Kind.COUNTER
-        return CounterMetricFamily(self.base, self.help, labels=[*self.labels, *extra_labels])
+        return CounterMetricFamily(self.base, self.help, labels=list(self.labels))
 
-    def histogram_family(self, extra_labels: Iterable[str] = ()) -> HistogramMetricFamily:
+    def histogram_family(self) -> HistogramMetricFamily:
         assert self.kind is Kind.HISTOGRAM
-        return HistogramMetricFamily(self.name, self.help, labels=[*self.labels, *extra_labels])
+        return HistogramMetricFamily(self.name, self.help, labels=list(self.labels))
 
 
 SCHEMA: dict[str, Family] = {}

@@ -14,7 +14,7 @@ import time
 
 import pynvml
 
-from exporter.config.models import load_config
+from exporter.config.load import load_config
 from exporter.runtime.app import App
 from exporter.runtime.logs import setup_logging
 from tests.fake_nvml import FakeNvml, h200

@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from exporter import metrics
-from exporter.config.models import Config, load_config
+from exporter.config.load import load_config
+from exporter.config.models import Config
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "config.example.yaml"

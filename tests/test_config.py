@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from exporter.config.models import Config, ConfigError, _unwrap, parse_config
+from exporter.config.load import parse_config
+from exporter.config.models import Config
+from exporter.config.yamlfile import ConfigError, unwrap
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.yaml"
 
@@ -19,7 +21,7 @@ def all_keys(model: type[BaseModel]) -> set[str]:
     out: set[str] = set()
     for name, field in model.model_fields.items():
         out.add(name)
-        for t in _unwrap(field.annotation):
+        for t in unwrap(field.annotation):
             for arg in typing.get_args(t) or (t,):
                 if isinstance(arg, type) and issubclass(arg, BaseModel):
                     out |= all_keys(arg)
@@ -232,7 +234,7 @@ def test_secret_from_file(tmp_path: Path) -> None:
 
 
 def test_durations() -> None:
-    from exporter.config.models import parse_duration
+    from exporter.config.values import parse_duration
 
     assert parse_duration("200ms") == pytest.approx(0.2)
     assert parse_duration("1m30s") == 90

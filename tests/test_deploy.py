@@ -27,7 +27,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from exporter import __version__
-from exporter.config.models import ConfigError, load_config
+from exporter.config.load import load_config
+from exporter.config.yamlfile import ConfigError
 from exporter.monitoring import prometheusrule
 from exporter.stack import supervisor as stack
 from tests.conftest import ROOT

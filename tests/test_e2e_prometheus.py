@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from exporter import metrics
-from exporter.config.models import load_config
+from exporter.config.load import load_config
 from exporter.monitoring import dashboards as grafana
 from exporter.monitoring import generate
 from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import metrics
 from exporter.checks.engine.table import FORMATS, Source, sources_for
-from exporter.config.models import parse_config
+from exporter.config.load import parse_config
 from exporter.metrics import Kind
 from exporter.runtime.app import App
 from exporter.simulator.engine import EngineConfig

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.config.models import parse_config
+from exporter.config.load import parse_config
 from exporter.monitoring import generate, rules
 from tests.conftest import ROOT
 from tests.generated import (

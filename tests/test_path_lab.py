@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.checks.path import check as path
 from exporter.checks.path.check import PathCheck
 from exporter.checks.path.route import RouteCheck
-from exporter.config.models import parse_config
+from exporter.config.load import parse_config
 from tests.conftest import http_get
 from tests.netlab import ROOT, Lab, Responder, in_netns, require_lab, sh
 

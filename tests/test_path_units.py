@@ -9,6 +9,8 @@ import logging
 import random
 import socket
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,16 +19,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.checks.path import check as path
-from exporter.checks.path.check import (
-    PathCheck,
-    PathError,
-    mean_abs_diff,
-    rfc3550,
-    rtt_diffs,
-    run_burst,
-)
+from exporter.checks.path.check import PathCheck, PathError, run_burst
+from exporter.checks.path.jitter import mean_abs_diff, rfc3550, rtt_diffs
 from exporter.checks.path.routes import OTHER, UNKNOWN, RouteTableError, load_table
-from exporter.config.models import ConfigError, load_config, parse_config
+from exporter.config.load import load_config, parse_config
+from exporter.config.yamlfile import ConfigError
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -415,12 +412,19 @@ def test_route_table_key_is_validated(tmp_path: Path) -> None:
     cfg_file.write_text(
         "paths:\n  route_table: routes.yaml\n  carriers: {a: [{name: b, host: h, region: r}]}\n"
     )
+    # The config itself is valid; the path check reads the table it names when it is built
+    # (check-config and run both build the checks), and names both files and lines.
+    config = load_config(cfg_file)
     with pytest.raises(ConfigError) as info:
-        load_config(cfg_file)
+        path.build(config, CollectorRegistry())
     [msg] = info.value.messages
     assert msg.startswith(
         f"{cfg_file}: paths.route_table (line 2): {tmp_path / 'routes.yaml'}: networks.x[0] (line 2): bad CIDR"
     )
+    checked = subprocess.run([sys.executable, "-m", "exporter", "check-config", str(cfg_file)],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 2, checked.stderr
+    assert checked.stderr.startswith(f"error: {msg}") and "Traceback" not in checked.stderr
 
 
 def test_burst_must_fit_the_interval() -> None:

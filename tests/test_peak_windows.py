@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config.models import parse_config
+from exporter.config.load import parse_config
 from exporter.runtime.peak import PeakWindowCollector
 
 UTC = dt.UTC

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.checks.probe import check as probe
 from exporter.checks.probe.check import EndpointBusy, EndpointGate, ProbeCheck, ProbeFailed
-from exporter.config.models import parse_config
+from exporter.config.load import parse_config
 from exporter.probing.client import _Arrivals, _pieces
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler

@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import checks as checks_pkg
 from exporter.checks import Check
-from exporter.config.models import Config, parse_config
+from exporter.config.load import parse_config
+from exporter.config.models import Config
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler
 from tests.conftest import free_port

@@ -28,7 +28,8 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from exporter import __version__
-from exporter.config.models import SloConfig, parse_duration
+from exporter.config.models import SloConfig
+from exporter.config.values import parse_duration
 from exporter.probing.client import (
     Api,
     Client,

@@ -28,15 +28,4 @@ def build_checks(config: Config, registry: CollectorRegistry) -> list[Check]:
     return checks
 
 
-def unimplemented_sections(config: Config) -> list[str]:
-    """Sections the config enables but this version has no check for (said, not hidden)."""
-    present = {
-        "engines": bool(config.engines),
-        "probes": bool(config.probes),
-        "paths": config.paths is not None,
-        "gpu": config.gpu is not None and config.gpu.enabled,
-    }
-    return [s for s, on in present.items() if on and s not in FACTORIES]
-
-
-__all__ = ["FACTORIES", "Check", "build_checks", "unimplemented_sections"]
+__all__ = ["FACTORIES", "Check", "build_checks"]

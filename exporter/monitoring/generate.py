@@ -11,7 +11,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.config.models import Config, ConfigError, load_config
+from exporter.config.load import load_config
+from exporter.config.models import Config
+from exporter.config.yamlfile import ConfigError
 from exporter.monitoring import dashboards as grafana
 from exporter.monitoring import rules
 

@@ -23,7 +23,8 @@ import yaml
 
 from exporter import metrics
 from exporter.checks.gpu.nvml import CLOCK_EVENT_REASONS
-from exporter.config.models import Config, PeakWindow, ProbeConfig, parse_duration
+from exporter.config.models import Config, PeakWindow, ProbeConfig
+from exporter.config.values import parse_duration
 from exporter.metrics import Family
 from exporter.probing.stream import Outcome
 

@@ -23,8 +23,10 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import __version__, metrics
-from exporter.checks import Check, build_checks, unimplemented_sections
-from exporter.config.models import Config, ConfigError, load_config
+from exporter.checks import Check, build_checks
+from exporter.config.load import load_config
+from exporter.config.models import Config
+from exporter.config.yamlfile import ConfigError
 from exporter.runtime.logs import setup_logging
 from exporter.runtime.peak import PeakWindowCollector
 from exporter.runtime.scheduler import CheckState, Scheduler
@@ -106,7 +108,6 @@ class App:
         await self._runner.setup()
         site = web.TCPSite(self._runner, server.host or None, server.port, reuse_address=True)
         await site.start()
-        self._warn_unimplemented(self.gen.config)
         # Move what startup loaded (pydantic, aiohttp, the config) out of the collector's
         # view: a full collection scanning it stalls the loop ~15 ms, inside a probe's timing.
         gc.freeze()
@@ -131,9 +132,6 @@ class App:
         await self._stop.wait()
         log.info("shutting down")
         await self.shutdown()
-
-    def request_stop(self) -> None:
-        self._stop.set()
 
     async def shutdown(self) -> None:
         await self.gen.scheduler.stop(timeout=SHUTDOWN_BUDGET - 2)
@@ -165,17 +163,8 @@ class App:
             setup_logging(config.server.log_format, config.server.log_level)
             await old.scheduler.stop()
             self.gen = new
-            self._warn_unimplemented(config)
             new.scheduler.start()
             self._reloads.labels(metrics.CHECK_SUCCESS).inc()
             self._last_reload_ok.set(1)
             log.info("config reloaded", extra={"checks": len(new.scheduler.checks)})
             return True
-
-    @staticmethod
-    def _warn_unimplemented(config: Config) -> None:
-        for section in unimplemented_sections(config):
-            log.warning(
-                "config section has no check in this version; it is not run",
-                extra={"section": section},
-            )

@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
+from exporter.checks.base import Check
+from exporter.runtime.scheduler import CheckState
 
-if TYPE_CHECKING:
-    from exporter.runtime.app import App
 
-APP_KEY: web.AppKey[App] = web.AppKey("exporter")
+class Served(Protocol):
+    """What the endpoints read from the running exporter (the app implements it), so this
+    module needs nothing of the app's wiring."""
+
+    registry: CollectorRegistry
+    config_path: str
+
+    @property
+    def checks(self) -> Sequence[Check]: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def check_state(self, name: str) -> CheckState | None: ...
+
+
+APP_KEY: web.AppKey[Served] = web.AppKey("exporter")
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
@@ -78,7 +96,7 @@ tr:nth-child(even){{background:#f4f4f4}}</style></head>
     return web.Response(text=page, content_type="text/html")
 
 
-def make_web_app(app: App) -> web.Application:
+def make_web_app(app: Served) -> web.Application:
     web_app = web.Application()
     web_app[APP_KEY] = app
     web_app.router.add_get("/metrics", handle_metrics)

@@ -5,7 +5,7 @@ old and new names alike; the simulator renders one exposition format from
 ``sources_for(format)`` by inverting the rows (value / scale, labels renamed back, ``match``
 labels added). docs/metrics.md carries ``markdown()`` of this table, kept equal by a test.
 
-Sources: ../shared/reference/engine-metrics.md (vLLM loggers.py, SGLang collector.py,
+Sources: vLLM loggers.py, SGLang collector.py,
 TensorRT-LLM metrics/collector.py, tensorrtllm_backend README) and the fixture files.
 """
 

@@ -28,17 +28,18 @@ import statistics
 import struct
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from itertools import pairwise
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from exporter import metrics
 from exporter.checks.base import Check
+from exporter.checks.path.jitter import rfc3550, rtt_diffs
 from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer, resolve_ipv4
-from exporter.checks.path.routes import load_table
+from exporter.checks.path.routes import RouteTableError, load_table
 from exporter.config.models import Config, PathsConfig, PathTarget
+from exporter.config.yamlfile import ConfigError
 
 log = logging.getLogger("exporter.path")
 
@@ -48,8 +49,6 @@ ICMP_ECHO_REQUEST = 8
 PAYLOAD = bytes(56)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@qq")
-#: RFC 3550 A.8: the jitter estimate moves 1/16 of the way to each new |D|.
-RFC3550_GAIN = 1 / 16
 REASONS = {
     "icmp": ("permission", "resolve", "unreachable", "send"),
     "tcp": ("resolve", "unreachable", "refused", "send"),
@@ -69,30 +68,6 @@ class PathError(Exception):
     def __init__(self, reason: str | None, message: str) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-# --- jitter ------------------------------------------------------------------------------
-
-
-def rtt_diffs(rtts: Sequence[float | None]) -> list[float]:
-    """|D| between consecutively *sent* answered packets (send order, not arrival order:
-    with jitter larger than the spacing, replies overtake each other)."""
-    answered = [r for r in rtts if r is not None]
-    return [abs(b - a) for a, b in pairwise(answered)]
-
-
-def mean_abs_diff(rtts: Sequence[float | None]) -> float | None:
-    diffs = rtt_diffs(rtts)
-    return statistics.fmean(diffs) if diffs else None
-
-
-def rfc3550(jitter: float | None, diffs: Sequence[float]) -> float | None:
-    """The RFC 3550 estimator advanced over ``diffs``. It starts from the first |D| instead
-    of the RFC's zero: from zero it reads low for its first ~50 samples, which at 20 packets
-    per burst would be the first minutes of every exporter start."""
-    for d in diffs:
-        jitter = d if jitter is None else jitter + (d - jitter) * RFC3550_GAIN
-    return jitter
 
 
 # --- the burst engine --------------------------------------------------------------------
@@ -435,7 +410,11 @@ def build(config: Config, registry: CollectorRegistry) -> list[Check]:
         return []
     fams = PathMetrics.create(registry)
     route_fams = RouteMetrics.create(registry)
-    icmp, tracer, table = IcmpAccess(), Tracer(), load_table(paths.route_table)
+    try:
+        table = load_table(paths.route_table)
+    except RouteTableError as exc:
+        raise ConfigError([f"{config.where('paths', 'route_table')}: {exc}"]) from None
+    icmp, tracer = IcmpAccess(), Tracer()
     checks: list[Check] = []
     for carrier, targets in paths.carriers.items():
         for target in targets:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from exporter.config.models import ConfigError, YamlPath, _compose, format_path
+from exporter.config.yamlfile import ConfigError, YamlPath, compose, format_path
 
 #: Built-in classes that no table rule may use: no rule matched / no hop answered.
 OTHER = "other"
@@ -71,7 +71,7 @@ class _Source:
     def __init__(self, text: str, name: str) -> None:
         self.name = name
         try:
-            self.data, self.lines = _compose(text)
+            self.data, self.lines = compose(text)
         except ConfigError as exc:
             raise RouteTableError(f"{name} {exc.messages[0]}") from None
         if not isinstance(self.data, dict):

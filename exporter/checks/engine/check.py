@@ -386,6 +386,10 @@ def _connection_detail(exc: aiohttp.ClientError) -> str:
     return type(exc).__name__
 
 
+#: The config key this check reads (the registry orders and finds checks by it).
+SECTION = "engines"
+
+
 def build(config: Config, registry: CollectorRegistry) -> list[Check]:
     """One check per ``engines:`` entry, sharing one set of families on ``registry``."""
     if not config.engines:

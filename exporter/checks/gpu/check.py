@@ -189,6 +189,10 @@ class _Worker:
                 future.set_exception(exc)
 
 
+#: The config key this check reads (the registry orders and finds checks by it).
+SECTION = "gpu"
+
+
 def build(config: Config, registry: CollectorRegistry) -> list[Check]:
     if config.gpu is None or not config.gpu.enabled:
         return []

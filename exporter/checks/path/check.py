@@ -403,6 +403,10 @@ class PathCheck(Check):
             self._socket = None
 
 
+#: The config key this check reads (the registry orders and finds checks by it).
+SECTION = "paths"
+
+
 def build(config: Config, registry: CollectorRegistry) -> list[Check]:
     """Path and route checks for every target of the ``paths`` section."""
     paths = config.paths

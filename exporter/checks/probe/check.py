@@ -201,6 +201,10 @@ class ProbeCheck(Check):
         await self._client.close()
 
 
+#: The config key this check reads (the registry orders and finds checks by it).
+SECTION = "probes"
+
+
 def build(config: Config, registry: CollectorRegistry) -> list[Check]:
     if not config.probes:
         return []

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from exporter.bench.cli import compare, percentile, summarize
+from exporter.bench.compare import compare
+from exporter.bench.summary import percentile, summarize
 from exporter.cli import main
 from exporter.simulator.faults import Faults
 from tests.conftest import ROOT, Proc, exporter_cmd, free_port, http_get, wait_until

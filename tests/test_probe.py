@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.checks.probe import check as probe
 from exporter.checks.probe.check import EndpointBusy, EndpointGate, ProbeCheck, ProbeFailed
 from exporter.config.load import parse_config
-from exporter.probing.client import _Arrivals, _pieces
+from exporter.probing.timing import Arrivals, pieces
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler
 from exporter.simulator.faults import Faults
@@ -592,17 +592,17 @@ def test_docs_example_config_parses(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_body_bytes_keep_their_arrival_times() -> None:
-    arrivals = _Arrivals(proto=object(), start=4)
+    arrivals = Arrivals(proto=object(), start=4)
     # Bytes 0-4 came with the headers; then socket reads ended at bytes 10 (t=1), 10 again
     # (framing only, t=2), 16 (t=3) and 20 (t=4).
     arrivals.marks.extend([(10, 1.0), (10, 2.0), (16, 3.0), (20, 4.0)])
     data = bytes(range(14))  # one readany() of body bytes 0-13, done at t=9
-    assert list(_pieces(data, 0, 9.0, arrivals)) == [
+    assert list(pieces(data, 0, 9.0, arrivals)) == [
         (data[:4], 9.0), (data[4:10], 1.0), (data[10:14], 3.0)
     ]
     # The rest of the stretch that ended at 16, then the next one.
-    assert list(_pieces(bytes(6), 14, 9.5, arrivals)) == [(bytes(2), 3.0), (bytes(4), 4.0)]
+    assert list(pieces(bytes(6), 14, 9.5, arrivals)) == [(bytes(2), 3.0), (bytes(4), 4.0)]
     assert not arrivals.marks
     # Without marks (another path fed the buffer), bytes keep the read time.
-    assert list(_pieces(b"xy", 20, 10.0, arrivals)) == [(b"xy", 10.0)]
-    assert list(_pieces(b"xy", 0, 10.0, None)) == [(b"xy", 10.0)]
+    assert list(pieces(b"xy", 20, 10.0, arrivals)) == [(b"xy", 10.0)]
+    assert list(pieces(b"xy", 0, 10.0, None)) == [(b"xy", 10.0)]

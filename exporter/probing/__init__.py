@@ -1,1 +1,2 @@
-"""The request path the probe check and ``bench`` share: HTTP client, SSE stream reader, prompts."""
+"""The request path the probe check and ``bench`` share: request types, the HTTP client and
+its timing, the SSE stream reader, prompts."""

@@ -20,15 +20,15 @@ from prometheus_client import CollectorRegistry
 from exporter import metrics
 from exporter.checks.base import Check
 from exporter.config.models import Config, ProbeConfig, SloConfig
-from exporter.probing.client import (
-    Client,
+from exporter.probing.client import Client
+from exporter.probing.prompts import nonce, probe_max_tokens, probe_prompt
+from exporter.probing.request import (
     RequestResult,
     RequestSpec,
     Timeouts,
     endpoint_url,
     target_of,
 )
-from exporter.probing.prompts import nonce, probe_max_tokens, probe_prompt
 from exporter.probing.stream import Outcome
 
 #: Longest a probe waits for its endpoint's gate before giving up on this run (the run then

@@ -41,7 +41,8 @@ import pynvml as N
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.checks.gpu.check import GpuCollector
-from exporter.checks.gpu.nvml import GPM_METRICS, NvmlSampler
+from exporter.checks.gpu.nvml import GPM_METRICS
+from exporter.checks.gpu.sampler import NvmlSampler
 from tests.fake_nvml import PROCESS_NAMES, FakeGpu, FakeNvml, eight_mixed, h200
 
 TARGET_MS = 5.0

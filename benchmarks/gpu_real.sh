@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check on real hardware, side by side with nvidia-smi.
 #
-# Runs the exporter's NVML sampler (exporter/checks/gpu/nvml.py, the code behind the GPU check) once a
-# second for DURATION seconds (default 20) on every GPU of this machine. Right after each
+# Runs the exporter's NVML sampler (exporter/checks/gpu/sampler.py, the code behind the GPU check)
+# once a second for DURATION seconds (default 20) on every GPU of this machine. Right after each
 # tick it runs `nvidia-smi --query-gpu=...` and prints both values for each GPU and field, in
 # the same units. nvidia-smi's start-up makes its reading lag ours by the "skew" printed each
 # tick, typically 0.05-0.3 s. Fast-moving values (power, clocks, utilization) can differ by that
@@ -84,7 +84,8 @@ from pathlib import Path
 
 sys.path.insert(0, ".")
 from exporter import metrics as M  # noqa: E402
-from exporter.checks.gpu.nvml import CLOCK_EVENT_REASONS, NvmlSampler  # noqa: E402
+from exporter.checks.gpu.nvml import CLOCK_EVENT_REASONS  # noqa: E402
+from exporter.checks.gpu.sampler import NvmlSampler  # noqa: E402
 
 duration, phase_file = float(sys.argv[1]), Path(sys.argv[2])
 MiB = 1024**2

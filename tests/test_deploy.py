@@ -30,7 +30,8 @@ from exporter import __version__
 from exporter.config.load import load_config
 from exporter.config.yamlfile import ConfigError
 from exporter.monitoring import prometheusrule
-from exporter.stack import supervisor as stack
+from exporter.stack import configs
+from exporter.stack.state import Ports
 from tests.conftest import ROOT
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -481,8 +482,8 @@ def test_systemd_unit_hardening() -> None:
 def test_native_stack_renders_the_same_prometheus_config_and_local_receivers(
     tmp_path: Path,
 ) -> None:
-    ports = stack.Ports(simulator=1, exporter=2, prometheus=3, alertmanager=4, sink=5)
-    stack.render(ROOT, tmp_path, ports)
+    ports = Ports(simulator=1, exporter=2, prometheus=3, alertmanager=4, sink=5)
+    configs.render(ROOT, tmp_path, ports)
     assert (tmp_path / "prometheus/prometheus.yml").read_bytes() == (
         ROOT / "deploy/prometheus/prometheus.yml"
     ).read_bytes()
@@ -515,7 +516,7 @@ def test_local_receivers_replaces_every_kind_of_endpoint() -> None:
             {"name": "blackhole"},
         ],
     }
-    local = stack.local_receivers(config, "http://127.0.0.1:9")
+    local = configs.local_receivers(config, "http://127.0.0.1:9")
     assert local["global"] == {"smtp_smarthost": "127.0.0.1:9",
                                "slack_api_url": "http://127.0.0.1:9"}
     pager, chat, blackhole = local["receivers"]

@@ -20,8 +20,9 @@ from exporter.checks.engine.table import FORMATS, Source, sources_for
 from exporter.config.load import parse_config
 from exporter.metrics import Kind
 from exporter.runtime.app import App
-from exporter.simulator.engine import EngineConfig
-from exporter.simulator.server import Settings, start
+from exporter.simulator.engine_config import EngineConfig
+from exporter.simulator.server import start
+from exporter.simulator.state import Settings
 from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.engine_fixtures import SampleKey, assert_same, exposed_samples, key
 

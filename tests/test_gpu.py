@@ -21,14 +21,9 @@ from exporter import __version__, metrics
 from exporter import checks as checks_pkg
 from exporter.checks import Check
 from exporter.checks.gpu import check as gpu_check
+from exporter.checks.gpu.bandwidth import formula_peak_bandwidth, spec_peak_bandwidth
 from exporter.checks.gpu.check import GpuCheck, GpuCollector
-from exporter.checks.gpu.nvml import (
-    MAX_EVENTS_PER_TICK,
-    RESCAN_FIRST,
-    NvmlSampler,
-    formula_peak_bandwidth,
-    spec_peak_bandwidth,
-)
+from exporter.checks.gpu.sampler import MAX_EVENTS_PER_TICK, RESCAN_FIRST, NvmlSampler
 from exporter.config.load import parse_config
 from exporter.runtime.app import App
 from tests.conftest import ROOT, free_port, wait_until

@@ -17,9 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.checks.engine.table import FORMATS, sources_for
-from exporter.simulator.engine import EngineConfig
+from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import Faults
-from exporter.simulator.server import Running, Settings, start
+from exporter.simulator.server import Running, start
+from exporter.simulator.state import Settings
 from exporter.simulator.tokens import count_tokens
 from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
 

@@ -20,12 +20,14 @@ from typing import Any
 import pytest
 
 from exporter.stack import supervisor as stack
+from exporter.stack.sink import Sink, make_sink_server
+from exporter.stack.state import Ports, Service, Stack
 from tests.conftest import ROOT, free_port, http_get, wait_until
 
 
-def free_ports() -> stack.Ports:
-    return stack.Ports(simulator=free_port(), exporter=free_port(), prometheus=free_port(),
-                       alertmanager=free_port(), sink=free_port())
+def free_ports() -> Ports:
+    return Ports(simulator=free_port(), exporter=free_port(), prometheus=free_port(),
+                 alertmanager=free_port(), sink=free_port())
 
 
 def get_json(url: str) -> Any:
@@ -52,7 +54,7 @@ def test_up_serves_every_component_and_down_stops_exactly_them(tmp_path: Path) -
     port_args = [f"--{name}-port={port}" for name, port in asdict(ports).items()]
     result = stack_cli("up", f"--state={state}", *port_args)
     assert result.returncode == 0, result.stdout + result.stderr
-    running = stack.Stack.from_json(state.read_text())
+    running = Stack.from_json(state.read_text())
     try:
         assert [s.name for s in running.services] == [
             "sink", "simulator", "exporter", "alertmanager", "prometheus"
@@ -92,8 +94,8 @@ def test_down_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
         assert started is not None
         state = tmp_path / "state.json"
         # A state file whose process exited long ago, its PID now someone else's.
-        recorded = stack.Stack(str(tmp_path / "gone"), stack.Ports(), [
-            stack.Service("exporter", stranger.pid, started[1] - 1, "", "")
+        recorded = Stack(str(tmp_path / "gone"), Ports(), [
+            Service("exporter", stranger.pid, started[1] - 1, "", "")
         ])
         state.write_text(recorded.to_json())
         assert stack.down(ROOT, state) == []
@@ -121,11 +123,11 @@ def test_a_failing_component_stops_everything_started_before_it(tmp_path: Path) 
     # Prometheus starts last and refuses this config, so four services are up by then.
     (root / "deploy/prometheus/prometheus.yml").write_text("scrape_configs: [{}]\n")
     state, workdir = tmp_path / "state.json", tmp_path / "work"
-    recorded: list[stack.Service] = []
+    recorded: list[Service] = []
     original = stack._wait_ready
 
     def spy(name: str, proc: subprocess.Popen[bytes], url: str, log: str) -> None:
-        recorded.append(stack.Service(name, proc.pid, 0, url, log))
+        recorded.append(Service(name, proc.pid, 0, url, log))
         original(name, proc, url, log)
 
     stack._wait_ready = spy  # type: ignore[assignment]
@@ -143,8 +145,8 @@ def test_a_failing_component_stops_everything_started_before_it(tmp_path: Path) 
 
 
 def test_sink_records_notifications(tmp_path: Path) -> None:
-    sink = stack.Sink(tmp_path / "log.jsonl")
-    server = stack.make_sink_server("127.0.0.1", 0, sink)
+    sink = Sink(tmp_path / "log.jsonl")
+    server = make_sink_server("127.0.0.1", 0, sink)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -11,9 +11,10 @@ import textwrap
 from collections.abc import Callable
 
 from exporter.checks.engine.table import FORMATS
-from exporter.simulator.engine import EngineConfig
+from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import DESCRIPTIONS, FaultError, Faults, parse_assignments
-from exporter.simulator.server import DEFAULT_MODEL, Settings, serve
+from exporter.simulator.server import serve
+from exporter.simulator.state import DEFAULT_MODEL, Settings
 
 EXIT_USAGE = 2
 

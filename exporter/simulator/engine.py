@@ -23,176 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import time
-from collections import OrderedDict, deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections import deque
 from typing import Any, Protocol
 
-from exporter.simulator.tokens import Words
+from exporter.simulator.engine_config import EngineConfig
+from exporter.simulator.prefix_cache import PrefixCache
+from exporter.simulator.sequence import Output, Scheduled, Sequence
 
 log = logging.getLogger(__name__)
-
-#: vLLM's finish reasons (vllm/v1/engine FINISH_REASON_STRINGS); all are pre-created.
-FINISH_REASONS = ("stop", "length", "abort", "error")
-
-
-@dataclass
-class EngineConfig:
-    """Capacity and speed of one engine (one data-parallel rank)."""
-
-    max_num_seqs: int = 16
-    kv_tokens: int = 32768
-    block_size: int = 16
-    max_num_batched_tokens: int = 2048
-    prefill_tps: float = 20000.0
-    decode_step: float = 0.015
-    decode_step_per_seq: float = 0.0005
-    #: Mean length of a "natural" answer (drawn 0.5x..1.5x per request) when max_tokens and
-    #: ignore_eos don't end it first; ends with finish_reason "stop".
-    output_len: int = 128
-    prefix_caching: bool = True
-
-    #: Knobs that may change while running; the KV geometry may not (running sequences
-    #: were admitted against it).
-    RUNTIME = (
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "prefill_tps",
-        "decode_step",
-        "decode_step_per_seq",
-        "output_len",
-        "prefix_caching",
-    )
-
-    @property
-    def kv_blocks(self) -> int:
-        return self.kv_tokens // self.block_size
-
-    @property
-    def max_model_len(self) -> int:
-        # Any single request must fit the cache alone, or preemption could never make room.
-        return self.kv_blocks * self.block_size
-
-    def merged(self, changes: dict[str, object]) -> EngineConfig:
-        """A copy with run-time ``changes`` applied; ValueError lists every problem."""
-        errors = []
-        values: dict[str, Any] = {}
-        for key, raw in changes.items():
-            if key not in self.RUNTIME:
-                errors.append(f"{key}: not a run-time knob (those are: {', '.join(self.RUNTIME)})")
-                continue
-            current = getattr(self, key)
-            if isinstance(current, bool):
-                ok = isinstance(raw, bool)
-            elif isinstance(current, int):
-                ok = isinstance(raw, int | float) and not isinstance(raw, bool) and raw == int(raw)
-            else:
-                ok = isinstance(raw, int | float) and not isinstance(raw, bool)
-            if not ok:
-                errors.append(f"{key}: want a {type(current).__name__}, got {raw!r}")
-                continue
-            values[key] = type(current)(raw)
-        if not errors:
-            candidate = dataclasses.replace(self, **values)
-            errors = candidate.problems()
-            if not errors:
-                return candidate
-        raise ValueError("; ".join(errors))
-
-    def problems(self) -> list[str]:
-        out = []
-        for name in ("max_num_seqs", "kv_tokens", "block_size", "max_num_batched_tokens",
-                     "output_len"):
-            if getattr(self, name) < 1:
-                out.append(f"{name}: must be at least 1")
-        if self.prefill_tps <= 0:
-            out.append("prefill_tps: must be > 0")
-        if self.decode_step <= 0 or self.decode_step_per_seq < 0:
-            out.append("decode_step must be > 0 and decode_step_per_seq >= 0")
-        if self.block_size >= 1 and self.kv_tokens < 2 * self.block_size:
-            out.append("kv_tokens: must hold at least two blocks")
-        return out
-
-
-@dataclass(frozen=True)
-class Scheduled:
-    """The engine admitted the request for the first time."""
-
-    at: float
-
-
-@dataclass(frozen=True)
-class Output:
-    """Tokens one engine step produced for one request."""
-
-    tokens: tuple[str, ...]
-    at: float
-    finish_reason: str | None
-
-
-Event = Scheduled | Output
-
-
-@dataclass(frozen=True)
-class SeqFaults:
-    """Engine-side faults for one request (see faults.py)."""
-
-    slow_first_token: float = 0.0
-    stall: float = 0.0
-    stall_after: int = 0
-    tokens_per_step: int = 1
-
-
-@dataclass(eq=False)
-class Sequence:
-    """One request inside the engine; the HTTP handler reads ``events``."""
-
-    request_id: str
-    prompt: list[str]
-    max_tokens: int
-    #: Tokens after which the answer ends naturally ("stop"); max_tokens ends it first.
-    stop_after: int
-    seed: int
-    faults: SeqFaults = SeqFaults()
-    arrival: float = field(default_factory=time.monotonic)
-
-    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
-    output: list[str] = field(default_factory=list)
-    computed: int = 0
-    prefill_target: int = 0
-    cached_tokens: int | None = None
-    queued_ts: float = 0.0
-    scheduled_ts: float | None = None
-    first_token_ts: float | None = None
-    last_token_ts: float | None = None
-    ready_at: float = 0.0
-    stalled: bool = False
-    admitted: int = 0
-    preemptions: int = 0
-    prompt_counted: bool = False
-    finish_reason: str | None = None
-
-    def __post_init__(self) -> None:
-        self._words = Words(self.seed)
-
-    @property
-    def prefilling(self) -> bool:
-        return self.computed < self.prefill_target
-
-    @property
-    def limit(self) -> int:
-        return min(self.max_tokens, self.stop_after)
-
-    def tokens(self) -> list[str]:
-        """Everything the KV holds when recomputed: prompt, then output so far."""
-        return self.prompt + [t.strip() for t in self.output]
-
-    def next_token(self) -> str:
-        return self._words.next()
 
 
 class Observer(Protocol):
@@ -204,40 +45,6 @@ class Observer(Protocol):
     def output(self, seq: Sequence, count: int, interval: float | None) -> None: ...
     def finished(self, seq: Sequence) -> None: ...
     def aborted(self, seq: Sequence) -> None: ...
-
-
-class PrefixCache:
-    """LRU of prompt-block hashes. A block's hash covers every block before it (vLLM's
-    chained block hash), so a hit always means the whole prefix up to it matches."""
-
-    def __init__(self, block_size: int, capacity_blocks: int) -> None:
-        self.block_size = block_size
-        self.capacity = capacity_blocks
-        self._blocks: OrderedDict[int, None] = OrderedDict()
-
-    def _hashes(self, tokens: list[str]) -> Iterable[int]:
-        parent = 0
-        for start in range(0, len(tokens) - self.block_size + 1, self.block_size):
-            parent = hash((parent, tuple(tokens[start : start + self.block_size])))
-            yield parent
-
-    def lookup(self, tokens: list[str]) -> int:
-        """Cached tokens at the start of ``tokens``; the last token is always computed (its
-        logits give the next token), as in vLLM."""
-        hit = 0
-        for h in self._hashes(tokens[:-1]):
-            if h not in self._blocks:
-                break
-            self._blocks.move_to_end(h)
-            hit += self.block_size
-        return hit
-
-    def insert(self, tokens: list[str]) -> None:
-        for h in self._hashes(tokens):
-            self._blocks[h] = None
-            self._blocks.move_to_end(h)
-        while len(self._blocks) > self.capacity:
-            self._blocks.popitem(last=False)
 
 
 class Engine:

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from exporter import metrics as m
-from exporter.simulator.engine import FINISH_REASONS, Engine, Sequence
+from exporter.simulator.engine import Engine
+from exporter.simulator.sequence import FINISH_REASONS, Sequence
 
 Labels = tuple[tuple[str, str], ...]
 

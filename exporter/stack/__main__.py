@@ -1,3 +1,3 @@
-from exporter.stack.supervisor import main
+from exporter.stack.cli import main
 
 raise SystemExit(main())

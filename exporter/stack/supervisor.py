@@ -1,29 +1,17 @@
 """The monitoring stack on loopback without Docker: ``make stack`` and ``make stack-down``.
 
-Runs Debian's ``prometheus`` and ``prometheus-alertmanager`` with the same files
-docker-compose.yml mounts: deploy/prometheus/prometheus.yml (copied byte for byte), the
-generated rules in alerts/rules/ and the generated alerts/alertmanager.yaml. Next to them
-run the engine simulator, the exporter and a webhook sink that records notifications. All
-listen on 127.0.0.1; data, rendered files and logs live in one temporary directory.
-
-What differs from compose is only what must: prometheus.yml reads its targets from files
-under targets/, written here with loopback ports; and Alertmanager's receivers are pointed
-at the local sink (``local_receivers``), so a notification never leaves the machine.
+Runs Debian's ``prometheus`` and ``prometheus-alertmanager`` with the files configs.py renders,
+and next to them the engine simulator, the exporter and a webhook sink that records
+notifications. All listen on 127.0.0.1; data, rendered files and logs live in one temporary
+directory.
 
 Each started process is recorded with its PID and kernel start time in a state file;
 ``down`` stops exactly those, and never a process that merely reused one of the PIDs.
-
-    python -m exporter.stack up        # start, print the URLs, return
-    python -m exporter.stack down      # stop what `up` started, remove its directory
-    python -m exporter.stack sink --listen 127.0.0.1:9095   # the webhook sink alone
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import copy
-import json
 import os
 import shutil
 import signal
@@ -31,20 +19,15 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import asdict
 from pathlib import Path
-from string import Template
-from typing import Any
 
-import yaml
+from exporter.stack.configs import render
+from exporter.stack.state import STATE_FILE, Ports, Service, Stack
 
-EXIT_USAGE = 2
-STATE_FILE = Path(".stack") / "state.json"
 #: Seconds each service gets to answer its readiness URL, and to exit after SIGTERM.
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
@@ -54,128 +37,6 @@ ALERTMANAGER = "prometheus-alertmanager"  # Debian's name for the alertmanager b
 
 class StackError(Exception):
     """A problem starting or stopping the stack, worded for the user."""
-
-
-@dataclass(frozen=True)
-class Ports:
-    # Away from the demo's 8800/9400 (`make run`) and the compose stack's 9090/9093, so
-    # the native stack can run beside either.
-    simulator: int = 18800
-    exporter: int = 19400
-    prometheus: int = 19090
-    alertmanager: int = 19093
-    sink: int = 19095
-
-
-@dataclass
-class Service:
-    name: str
-    pid: int
-    #: Kernel start time of the process (clock ticks after boot): a PID reused by another
-    #: process after ours exited has a different one, so `down` leaves it alone.
-    started: int
-    url: str
-    log: str
-
-
-@dataclass
-class Stack:
-    directory: str
-    ports: Ports
-    services: list[Service] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> Stack:
-        data = json.loads(text)
-        return cls(
-            directory=data["directory"],
-            ports=Ports(**data["ports"]),
-            services=[Service(**s) for s in data["services"]],
-        )
-
-
-# --- files -----------------------------------------------------------------------------
-
-
-def local_receivers(config: dict[str, Any], sink: str) -> dict[str, Any]:
-    """Alertmanager config with every notification endpoint replaced by the local sink.
-
-    Webhook-style URLs become ``<sink>/<receiver>``, so the sink can tell which receiver
-    (pager, tickets, ...) a notification was routed to; SMTP smarthosts point at the sink
-    too, which refuses to speak SMTP, so mail fails locally instead of leaving the host.
-    Routing, grouping, inhibition and time intervals are left exactly as generated.
-    """
-    out = copy.deepcopy(config)
-    host_port = sink.removeprefix("http://")
-    defaults = out.get("global") or {}
-    for key in list(defaults):
-        if key.endswith("_url"):
-            defaults[key] = sink
-        elif key == "smtp_smarthost":
-            defaults[key] = host_port
-    for receiver in out.get("receivers") or []:
-        for kind, entries in receiver.items():
-            if not kind.endswith("_configs"):
-                continue
-            for entry in entries:
-                for key in list(entry):
-                    if key in ("url", "api_url"):
-                        entry[key] = f"{sink}/{receiver['name']}"
-                    elif key in ("url_file", "api_url_file"):
-                        del entry[key]
-                        entry[key.removesuffix("_file")] = f"{sink}/{receiver['name']}"
-                    elif key == "smarthost":
-                        entry[key] = host_port
-    return out
-
-
-def _targets(hostport: str, labels: dict[str, str] | None = None) -> str:
-    group: dict[str, Any] = {"targets": [hostport]}
-    if labels:
-        group["labels"] = labels
-    return yaml.safe_dump([group], sort_keys=False)
-
-
-def render(root: Path, workdir: Path, ports: Ports) -> None:
-    """Write everything the processes read into ``workdir``."""
-    prom = workdir / "prometheus"
-    (prom / "targets").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(root / "deploy/prometheus/prometheus.yml", prom / "prometheus.yml")
-    loopback = "127.0.0.1:{}".format
-    targets = {
-        "exporter.yml": _targets(loopback(ports.exporter)),
-        # `target` matches the engine's name in deploy/stack/exporter.yaml, as the compose
-        # targets file labels the demo engine.
-        "engine.yml": _targets(loopback(ports.simulator), {"target": "main"}),
-        "prometheus.yml": _targets(loopback(ports.prometheus)),
-        "alertmanager.yml": _targets(loopback(ports.alertmanager)),
-    }
-    for name, text in targets.items():
-        (prom / "targets" / name).write_text(text)
-    rules = prom / "rules"
-    if rules.is_symlink() or rules.exists():
-        rules.unlink()
-    rules.symlink_to((root / "alerts/rules").resolve(), target_is_directory=True)
-
-    am = workdir / "alertmanager"
-    am.mkdir(parents=True, exist_ok=True)
-    generated = yaml.safe_load((root / "alerts/alertmanager.yaml").read_text())
-    local = local_receivers(generated, f"http://127.0.0.1:{ports.sink}")
-    (am / "alertmanager.yml").write_text(
-        "# alerts/alertmanager.yaml with its receivers pointed at the local sink "
-        "(exporter/stack/supervisor.py).\n" + yaml.safe_dump(local, sort_keys=False)
-    )
-
-    template = Template((root / "deploy/stack/exporter.yaml").read_text())
-    (workdir / "exporter.yaml").write_text(
-        template.substitute(exporter_port=ports.exporter, simulator_port=ports.simulator)
-    )
-
-
-# --- processes ---------------------------------------------------------------------------
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -356,146 +217,3 @@ def down(root: Path, state: Path | None = None, keep: bool = False) -> list[Serv
         shutil.rmtree(stack.directory, ignore_errors=True)
     state.unlink(missing_ok=True)
     return running
-
-
-# --- webhook sink ------------------------------------------------------------------------
-
-
-class Sink:
-    """Records Alertmanager webhook notifications: in memory, as JSON lines, on stdout."""
-
-    def __init__(self, log: Path | None = None) -> None:
-        self.notifications: list[dict[str, Any]] = []
-        self._log = log
-        self._lock = threading.Lock()
-
-    def record(self, path: str, payload: dict[str, Any]) -> None:
-        entry = {"path": path, "received": time.time(), "payload": payload}
-        with self._lock:
-            self.notifications.append(entry)
-            if self._log is not None:
-                with open(self._log, "a") as f:
-                    f.write(json.dumps(entry, sort_keys=True) + "\n")
-        for alert in payload.get("alerts", []):
-            labels = alert.get("labels", {})
-            others = " ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname")
-            print(f"{path} {alert.get('status')} {labels.get('alertname')} {others}", flush=True)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self.notifications)
-
-
-def make_sink_server(host: str, port: int, sink: Sink) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                payload = json.loads(self.rfile.read(length))
-            except ValueError:
-                self._send(400, {"error": "body is not JSON"})
-                return
-            if not isinstance(payload, dict):
-                self._send(400, {"error": "body is not a JSON object"})
-                return
-            sink.record(self.path, payload)
-            self._send(200, {"status": "ok"})
-
-        def do_GET(self) -> None:
-            if self.path == "/notifications":
-                self._send(200, sink.snapshot())
-            elif self.path == "/-/healthy":
-                self._send(200, {"status": "ok"})
-            else:
-                self._send(404, {"error": "GET /notifications or /-/healthy"})
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # one line per notification comes from Sink.record instead
-
-    return ThreadingHTTPServer((host, port), Handler)
-
-
-def serve_sink(listen: str, log: Path | None) -> None:
-    host, _, port = listen.rpartition(":")
-    server = make_sink_server(host or "127.0.0.1", int(port), Sink(log))
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    print(f"webhook sink listening on http://{listen}/ (GET /notifications)", flush=True)
-    with server:
-        server.serve_forever()
-
-
-# --- command line ------------------------------------------------------------------------
-
-
-def _print_urls(stack: Stack) -> None:
-    print("llm-latency native stack (all on 127.0.0.1):")
-    labels = {
-        "sink": "alert sink (notifications)",
-        "simulator": "engine simulator faults",
-        "exporter": "exporter",
-        "alertmanager": "alertmanager",
-        "prometheus": "prometheus",
-    }
-    for service in stack.services:
-        print(f"  {labels[service.name]:<28} {service.url}")
-    print(f"  {'data, configs and logs':<28} {stack.directory}")
-    print(
-        "inject a fault:  curl -s "
-        f"http://127.0.0.1:{stack.ports.simulator}/admin/faults -d '{{\"metrics_error_rate\": 1}}'"
-    )
-    print("stop:            make stack-down")
-
-
-def _parse_ports(args: argparse.Namespace) -> Ports:
-    defaults = asdict(Ports())
-    return Ports(**{name: getattr(args, f"{name}_port") or port for name, port in
-                    defaults.items()})
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m exporter.stack",
-        description="Prometheus, Alertmanager, the exporter and the engine simulator on "
-        "loopback, without Docker.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_up = sub.add_parser("up", help="start the stack and print its URLs")
-    for name, port in asdict(Ports()).items():
-        p_up.add_argument(f"--{name}-port", type=int, default=None,
-                          help=f"(default {port})")
-    p_down = sub.add_parser("down", help="stop what `up` started and remove its directory")
-    p_down.add_argument("--keep", action="store_true", help="keep the data and logs")
-    p_sink = sub.add_parser("sink", help="run only the webhook sink")
-    p_sink.add_argument("--listen", default="127.0.0.1:9095")
-    p_sink.add_argument("--log", type=Path, default=None, help="append JSON lines here")
-    for p in (p_up, p_down):
-        p.add_argument("--root", type=Path, default=Path.cwd(),
-                       help="repository root (default: the current directory)")
-        p.add_argument("--state", type=Path, default=None,
-                       help=f"state file (default: ROOT/{STATE_FILE})")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "up":
-            _print_urls(up(args.root, _parse_ports(args), args.state))
-        elif args.command == "down":
-            stopped = down(args.root, args.state, keep=args.keep)
-            for service in stopped:
-                print(f"stopped {service.name} (pid {service.pid})")
-            if not stopped:
-                print("no stack running")
-        else:
-            serve_sink(args.listen, args.log)
-    except StackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    return 0
-
-

@@ -1,1 +1,1 @@
-"""The GPU check: NVML sampling (``nvml``) on one worker thread, exported by ``check``."""
+"""The GPU check: NVML sampling (``sampler``) on one worker thread, exported by ``check``."""

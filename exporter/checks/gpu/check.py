@@ -1,10 +1,10 @@
 """GPU check: NVML telemetry per GPU (utilization, memory, power, bandwidth, errors).
 
-The blocking NVML work lives in exporter/checks/gpu/nvml.py and runs on one dedicated worker thread.
-Each run publishes a snapshot; a custom collector renders the latest one at scrape time, so
-a value NVML did not give is simply not yielded (absent, not 0) and a scrape never touches
-NVML. Failing to load NVML is not a check failure: llm_gpu_nvml_up says so and the exporter
-and its other checks carry on.
+The blocking NVML work lives in exporter/checks/gpu/sampler.py and runs on one dedicated
+worker thread. Each run publishes a snapshot; a custom collector renders the latest one at
+scrape time, so a value NVML did not give is simply not yielded (absent, not 0) and a scrape
+never touches NVML. Failing to load NVML is not a check failure: llm_gpu_nvml_up says so and
+the exporter and its other checks carry on.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from prometheus_client.registry import Collector
 
 from exporter import metrics
 from exporter.checks.base import Check
-from exporter.checks.gpu.nvml import GpuReading, NvmlSampler, Snapshot
+from exporter.checks.gpu.sampler import NvmlSampler
+from exporter.checks.gpu.snapshot import GpuReading, Snapshot
 from exporter.config.models import Config, GpuConfig
 from exporter.metrics import Family, Kind
 

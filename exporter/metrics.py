@@ -685,7 +685,8 @@ ENGINE_PREEMPTIONS = _def(
     ENGINE_SERIES_LABELS,
     section="engine",
 )
-#: The finish reasons vLLM reports on ENGINE_REQUESTS_FINISHED (others pass through).
+#: The finish reasons vLLM reports on ENGINE_REQUESTS_FINISHED (FINISH_REASON_STRINGS in
+#: vllm/v1/engine; other engines' reasons pass through).
 ENGINE_FINISH_REASONS = ("stop", "length", "abort", "error")
 ENGINE_REQUESTS_FINISHED = _def(
     "llm_engine_requests_finished_total",

@@ -8,9 +8,6 @@ from dataclasses import dataclass, field
 
 from exporter.simulator.tokens import Words
 
-#: vLLM's finish reasons (vllm/v1/engine FINISH_REASON_STRINGS); all are pre-created.
-FINISH_REASONS = ("stop", "length", "abort", "error")
-
 
 @dataclass(frozen=True)
 class Scheduled:

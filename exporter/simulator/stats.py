@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from exporter import metrics as m
 from exporter.simulator.engine import Engine
-from exporter.simulator.sequence import FINISH_REASONS, Sequence
+from exporter.simulator.sequence import Sequence
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -162,7 +162,8 @@ class EngineStats:
         # scrape before the first request sees zeros, not absence.
         for family in COUNTERS:
             store.add(family, self.labels, 0.0)
-        for reason in FINISH_REASONS:
+        # vLLM pre-creates every finish reason (vllm/v1/engine FINISH_REASON_STRINGS).
+        for reason in m.ENGINE_FINISH_REASONS:
             store.add(m.ENGINE_REQUESTS_FINISHED, self._reason(reason), 0.0)
         for family in HISTOGRAMS:
             self._hist(family)

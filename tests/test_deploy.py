@@ -30,7 +30,7 @@ from exporter import __version__
 from exporter.config.models import ConfigError, load_config
 from exporter.monitoring import prometheusrule
 from exporter.stack import supervisor as stack
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 KUBE_DIR = ROOT / "deploy/kubernetes"

@@ -27,7 +27,7 @@ from exporter.checks.path.check import (
 )
 from exporter.checks.path.routes import OTHER, UNKNOWN, RouteTableError, load_table
 from exporter.config.models import ConfigError, load_config, parse_config
-from tests.conftest import free_port
+from tests.support.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -435,7 +435,7 @@ def test_burst_must_fit_the_interval() -> None:
 
 
 def test_lab_skips_without_root_except_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests import netlab
+    from tests.support import netlab
 
     monkeypatch.setattr(netlab.os, "geteuid", lambda: 1000)
     monkeypatch.delenv("CI", raising=False)

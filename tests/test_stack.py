@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from exporter.stack import supervisor as stack
-from tests.conftest import ROOT, free_port, http_get, wait_until
+from tests.support import ROOT
+from tests.support.procs import free_port, http_get, wait_until
 
 
 def free_ports() -> stack.Ports:

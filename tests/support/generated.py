@@ -16,7 +16,7 @@ import yaml
 
 from exporter import metrics
 from exporter.config.models import Config, load_config
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 EXAMPLE = ROOT / "config.example.yaml"
 ALERTS = ROOT / "alerts"

@@ -1,13 +1,13 @@
 """Engine exposition parse + normalize speed vs prometheus_client's own text parser.
 
-Input: a vLLM V1 exposition generated here with prometheus_client (every vLLM family of
-reference/engine-metrics.md §1.3 with its default buckets, `_created` samples included),
-for N models x 2 data-parallel ranks. Ours = ``exporter.checks.engine.parse.parse`` on the bytes
-(UTF-8 decode, parse, normalize, model cap); reference =
+Input: a vLLM V1 exposition generated here with prometheus_client (every family of vLLM V1's
+metric catalogue, vllm/v1/metrics/loggers.py, with its default buckets, `_created` samples
+included), for N models x 2 data-parallel ranks. Ours = ``exporter.checks.engine.parse.parse``
+on the bytes (UTF-8 decode, parse, normalize, model cap); reference =
 ``prometheus_client.parser.text_string_to_metric_families`` on the decoded text, fully
 consumed. Each is timed as the median of repeated runs.
 
-Run: .venv/bin/python benchmarks/engine_parse.py
+Run (from the repository root): .venv/bin/python -m benchmarks.engine_parse
 Exit status 1 if ours is not at least 3x faster than the reference and under 60 ms/MB at
 every size, or if ms/MB grows by more than 1.5x from the smallest to the largest input.
 """
@@ -17,13 +17,9 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families

@@ -1,6 +1,6 @@
 """Cost of one GPU sampling tick for 8 GPUs, against the bare NVML calls it makes.
 
-NVML is the scripted fake library of tests/fake_nvml.py, installed as ``pynvml.nvmlLib`` so
+NVML is the scripted fake library of tests/support/fake_nvml.py, installed as ``pynvml.nvmlLib`` so
 the real nvidia-ml-py wrappers run. Its own cost per call is small, so the difference between
 the two timings is our code's share: error classification, fallbacks, GPM bookkeeping,
 process aggregation and building the snapshot.
@@ -13,10 +13,10 @@ process aggregation and building the snapshot.
 
 Timed per tick, wall (perf_counter) and CPU of the calling thread (thread_time); medians of
 ``--ticks`` ticks after a warm-up. Two GPU sets: 8x H200 (every call, GPM on all) and 8
-mixed generations (tests/fake_nvml.py's ``eight_mixed``). Also timed, for scale: rendering
+mixed generations (tests/support/fake_nvml.py's ``eight_mixed``). Also timed, for scale: rendering
 the snapshot as a /metrics exposition (per scrape, on the event loop).
 
-Run: .venv/bin/python benchmarks/gpu_overhead.py
+Run (from the repository root): .venv/bin/python -m benchmarks.gpu_overhead
 Exit status 1 if a tick's median wall time for 8 GPUs is 5 ms or more.
 """
 
@@ -32,10 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from importlib import metadata
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pynvml as N
 from prometheus_client import CollectorRegistry, generate_latest
@@ -43,7 +40,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter.checks.gpu.check import GpuCollector
 from exporter.checks.gpu.nvml import GPM_METRICS
 from exporter.checks.gpu.sampler import NvmlSampler
-from tests.fake_nvml import PROCESS_NAMES, FakeGpu, FakeNvml, eight_mixed, h200
+from tests.support.fake_nvml import PROCESS_NAMES, FakeGpu, FakeNvml, eight_mixed, h200
 
 TARGET_MS = 5.0
 

@@ -20,7 +20,10 @@
 # the exporter's dependencies; optionally torch with CUDA for the load.
 set -euo pipefail
 
+# The repository root is the working directory and on PYTHONPATH, so the embedded Python
+# below imports `exporter` from this checkout.
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 DURATION="${1:-20}"
 PY="${PYTHON:-.venv/bin/python}"
 if [[ ! -x "$PY" ]]; then PY="$(command -v python3)"; fi
@@ -82,10 +85,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, ".")
-from exporter import metrics as M  # noqa: E402
-from exporter.checks.gpu.nvml import CLOCK_EVENT_REASONS  # noqa: E402
-from exporter.checks.gpu.sampler import NvmlSampler  # noqa: E402
+from exporter import metrics as M
+from exporter.checks.gpu.nvml import CLOCK_EVENT_REASONS
+from exporter.checks.gpu.sampler import NvmlSampler
 
 duration, phase_file = float(sys.argv[1]), Path(sys.argv[2])
 MiB = 1024**2

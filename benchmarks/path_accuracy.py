@@ -1,7 +1,7 @@
 """Path check vs Debian's prometheus-smokeping-prober on the same simulated carrier paths.
 
-The namespace lab of the tests (tests/netlab.py): three carrier namespaces whose echoes are
-answered by the userspace responder (tests/netlab_responder.py) with a delay, uniform jitter
+The namespace lab of the tests (tests/support/netlab.py): three carrier namespaces whose echoes are
+answered by the userspace responder (tests/support/netlab_responder.py) with a delay, uniform jitter
 and loss, and two client namespaces, one per prober, each with its own veth to every
 carrier, so the responders' logs (the ground truth) tell the two probers' echoes apart by
 source address. Both probers run side by side for ``--duration`` seconds at the same echo
@@ -22,8 +22,8 @@ Both are scraped every 15 s, as Prometheus would. Reported per prober and path:
 * CPU seconds per 1000 echoes (utime + stime from /proc over the run after a 10 s warm-up,
   echoes counted in the responders' logs) and resident memory at the end.
 
-Run (root; apt-get install prometheus-smokeping-prober nftables iproute2):
-    .venv/bin/python benchmarks/path_accuracy.py           # --duration 120 (seconds)
+Run from the repository root (root; apt-get install prometheus-smokeping-prober nftables iproute2):
+    .venv/bin/python -m benchmarks.path_accuracy           # --duration 120 (seconds)
 Exit status 1 unless ours' mean |RTT error| <= smokeping_prober's, ours' mean |loss error|
 < smokeping_prober's, and ours' CPU per 1000 echoes <= 2x smokeping_prober's.
 """
@@ -42,12 +42,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
+from tests.support.netlab import Lab, Responder, in_netns, lab_unavailable
+from tests.support.samples import parse
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.netlab import Lab, Responder, in_netns, lab_unavailable  # noqa: E402
 
 PATHS = {  # name: (delay s, uniform jitter +- s, loss), as in the issue
     "ct": (0.150, 0.005, 0.001),
@@ -93,11 +91,11 @@ class Prober:
 def samples(text: str) -> dict[tuple[str, str], float]:
     """(sample name, target) -> value; target is our `target` label or smokeping's `host`."""
     out: dict[tuple[str, str], float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            key = s.labels.get("target") or s.labels.get("host")
-            if key and "le" not in s.labels:
-                out[(s.name, key)] = out.get((s.name, key), 0.0) + s.value
+    for (name, sorted_labels), value in parse(text).items():
+        labels = dict(sorted_labels)
+        key = labels.get("target") or labels.get("host")
+        if key and "le" not in labels:
+            out[(name, key)] = out.get((name, key), 0.0) + value
     return out
 
 

@@ -23,7 +23,8 @@ Reported per client: measured-minus-true TTFT (p50, p99) and absolute ITL error
 no role-only chunk here, so both clients' TTFT definitions pick the same event and only
 timing fidelity is compared (with one, the reference would stop TTFT on the role chunk).
 
-Run: .venv/bin/python benchmarks/probe_fidelity.py            (about 1 minute on 2 cores)
+Run from the repository root (about 1 minute on 2 cores):
+    .venv/bin/python -m benchmarks.probe_fidelity
 Exit status 1 unless: ours' TTFT error p99 <= 1 ms at concurrency 1 and <= the reference's
 at 8 and 32, and ours' ITL absolute error p99 <= the reference's at every concurrency.
 """
@@ -49,7 +50,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 TOKENS = 12
 CONCURRENCY = (1, 8, 32)
@@ -311,8 +311,8 @@ def run_ours(port: int, n: int, c: int, tmp: Path) -> dict[str, list[float]]:
 def run_reference(port: int, n: int, c: int, tmp: Path) -> dict[str, list[float]]:
     out = tmp / f"ref-{c}.json"
     subprocess.run(
-        [sys.executable, __file__, "--reference", "--port", str(port), "--requests", str(n),
-         "--concurrency", str(c), "--out", str(out)],
+        [sys.executable, "-m", "benchmarks.probe_fidelity", "--reference", "--port", str(port),
+         "--requests", str(n), "--concurrency", str(c), "--out", str(out)],
         cwd=ROOT, check=True, timeout=120, preexec_fn=_priority,
     )
     return {r["id"]: r["stamps"] for r in json.loads(out.read_text())}
@@ -363,7 +363,8 @@ def main() -> int:
         return 1
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", "--port", str(port)], preexec_fn=_priority
+        [sys.executable, "-m", "benchmarks.probe_fidelity", "--serve", "--port", str(port)],
+        cwd=ROOT, preexec_fn=_priority,
     )
     results: dict[tuple[int, str], list[dict[str, float]]] = {}
     started = time.monotonic()

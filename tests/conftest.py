@@ -1,94 +1,14 @@
-"""Shared test helpers: free loopback ports, subprocesses stopped by PID, readiness waits."""
+"""Fixtures only; the helpers they use live in tests/support/."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent / "shared" / "fixtures"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll ``pred`` until true (readiness, not sleeping a fixed time)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def http_get(
-    url: str, timeout: float = 5.0, headers: dict[str, str] | None = None
-) -> tuple[int, str]:
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0, ""
-
-
-class Proc:
-    """A child process we started; stopped by PID (its own process group) on teardown."""
-
-    def __init__(self, args: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None):
-        self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
-        self.stderr_path = (
-            Path(os.environ.get("TMPDIR", "/tmp")) / f"proc-{os.getpid()}-{id(self)}.log"
-        )
-        self._err = open(self.stderr_path, "wb")  # noqa: SIM115
-        full_env = {**os.environ, **(env or {})}
-        self.popen = subprocess.Popen(
-            args,
-            cwd=cwd,
-            env=full_env,
-            stdout=self._err,
-            stderr=self._err,
-            start_new_session=True,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def output(self) -> str:
-        self._err.flush()
-        return self.stderr_path.read_text(errors="replace")
-
-    def signal(self, sig: int) -> None:
-        self.popen.send_signal(sig)
-
-    def stop(self, timeout: float = 10.0) -> int | None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
-        self.log.close()
-        self._err.close()
-        return self.popen.returncode
+from tests.support.procs import Proc
+from tests.support.simulator import Simulator, StartSimulator, start_simulator
 
 
 @pytest.fixture
@@ -107,5 +27,18 @@ def spawn() -> Iterator[Callable[..., Proc]]:
         proc.stderr_path.unlink(missing_ok=True)
 
 
-def exporter_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "exporter", *args]
+@pytest.fixture
+def simulator() -> Iterator[StartSimulator]:
+    """Start engine simulators (``simulator(fmt=..., fast=True, **flags)``, see
+    tests/support/simulator.py), each on a free loopback port and ready when returned;
+    every one is stopped by PID when the test ends, pass or fail."""
+    started: list[Simulator] = []
+
+    def _start(*flags: str, **kw: Any) -> Simulator:
+        sim = start_simulator(*flags, **kw)
+        started.append(sim)
+        return sim
+
+    yield _start
+    for sim in reversed(started):
+        sim.stop()

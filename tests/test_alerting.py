@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from exporter.monitoring import rules
-from tests.conftest import ROOT, Proc, free_port, http_get, wait_until
-from tests.generated import ALERTS, AM_FILE, RULE_FILES, alerts_by_name, example, groups
+from tests.support import ROOT
+from tests.support.generated import ALERTS, AM_FILE, RULE_FILES, alerts_by_name, example, groups
+from tests.support.procs import Proc, free_port, http_get, wait_until
 
 TESTS = sorted((ALERTS / "tests").glob("*.yaml"))
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,36 +15,17 @@ import pytest
 from exporter.bench.compare import compare
 from exporter.bench.summary import percentile, summarize
 from exporter.cli import main
-from exporter.simulator.faults import Faults
-from tests.conftest import ROOT, Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support import ROOT
+from tests.support.procs import free_port
+from tests.support.simulator import Simulator, running_simulator
 
 MODEL = "simulated-model"
-FAST = ["--decode-step-ms", "5", "--decode-step-per-seq-ms", "0.5", "--prefill-tps", "100000"]
-
-
-class Sim:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.base = f"http://127.0.0.1:{port}"
-
-    def faults(self, **changes: Any) -> None:
-        body = json.dumps({**Faults().as_dict(), **changes}).encode()
-        req = urllib.request.Request(f"{self.base}/admin/faults", data=body, method="POST")
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            assert resp.status == 200
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[Sim]:
-    port = free_port()
-    proc = Proc(exporter_cmd("simulate", "--port", str(port), *FAST))
-    try:
-        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/health")[0] == 200,
-                   what="simulator")
-        yield Sim(port)
-    finally:
-        proc.stop()
-        proc.stderr_path.unlink(missing_ok=True)
+def sim() -> Iterator[Simulator]:
+    with running_simulator(fast=True) as running:
+        yield running
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -55,7 +35,7 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_json_schema_and_summary(sim: Sim, tmp_path: Path) -> None:
+def test_json_schema_and_summary(sim: Simulator, tmp_path: Path) -> None:
     sim.faults(tokens_per_chunk=2)
     out = tmp_path / "run.json"
     proc = bench("--url", sim.base, "--model", MODEL, "--requests", "8", "--concurrency", "3",
@@ -89,7 +69,7 @@ def test_json_schema_and_summary(sim: Sim, tmp_path: Path) -> None:
     assert s["goodput"]["good"] == 8 and s["goodput"]["ratio"] == 1.0
 
 
-def test_rate_duration_prompts_file_and_failures(sim: Sim, tmp_path: Path) -> None:
+def test_rate_duration_prompts_file_and_failures(sim: Simulator, tmp_path: Path) -> None:
     sim.faults(error_rate=0.5)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "hello there", "max_tokens": 3}\n\n{"prompt": "why"}\n')
@@ -164,7 +144,7 @@ def test_help_has_examples() -> None:
     assert "examples:" in proc.stdout and "--compare before.json" in proc.stdout
 
 
-def test_compare_flags_an_injected_ttft_regression(sim: Sim, tmp_path: Path) -> None:
+def test_compare_flags_an_injected_ttft_regression(sim: Simulator, tmp_path: Path) -> None:
     # TTFT of ~200 ms from the fault, so loopback jitter is a few percent of it; then 25%
     # more, injected the same way. Inter-token gaps are ~6 ms, and a busy 2-core machine moves
     # their p95 by more than 1 ms: the 5 ms floor keeps that noise from gating, not the +50 ms.

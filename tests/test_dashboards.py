@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from exporter.monitoring import dashboards as grafana
-from tests.conftest import ROOT
-from tests.generated import (
+from tests.support import ROOT
+from tests.support.generated import (
     RULE_FILES,
     dashboards,
     panels,

@@ -32,7 +32,7 @@ from exporter.config.yamlfile import ConfigError
 from exporter.monitoring import prometheusrule
 from exporter.stack import configs
 from exporter.stack.state import Ports
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 KUBE_DIR = ROOT / "deploy/kubernetes"

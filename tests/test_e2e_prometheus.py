@@ -28,8 +28,9 @@ from exporter import metrics
 from exporter.config.load import load_config
 from exporter.monitoring import dashboards as grafana
 from exporter.monitoring import generate
-from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
-from tests.generated import queries, rules_of, substitute
+from tests.support.generated import queries, rules_of, substitute
+from tests.support.procs import Proc, free_port, http_get, wait_until
+from tests.support.simulator import StartSimulator
 
 #: Seconds after the start when the peak window opens, and when the engine is overloaded.
 PEAK_AFTER = 35.0
@@ -125,20 +126,18 @@ def has_data(prom: str, expr: str, start: float, end: float) -> str | None:
 
 @pytest.mark.timeout(300)
 def test_rules_and_dashboards_on_real_prometheus(
-    tmp_path: Path, spawn: Callable[..., Proc]
+    tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator
 ) -> None:
-    sim_port, exporter_port, prom_port = free_port(), free_port(), free_port()
+    exporter_port, prom_port = free_port(), free_port()
+    sim_port = simulator(fmt="vllm", seed=7).port
     sim = f"http://127.0.0.1:{sim_port}"
     exporter = f"http://127.0.0.1:{exporter_port}"
     prom = f"http://127.0.0.1:{prom_port}"
 
-    spawn(exporter_cmd("simulate", "--port", str(sim_port), "--format", "vllm", "--seed", "7"))
-    wait_until(lambda: http_get(f"{sim}/health")[0] == 200, timeout=20, what="simulator")
-
     start = time.time()
     config_path = tmp_path / "config.yaml"
     config_path.write_text(CONFIG.format(exporter=exporter_port, sim=sim_port))
-    spawn([sys.executable, "-m", "tests.e2e_exporter", str(config_path),
+    spawn([sys.executable, "-m", "tests.support.e2e_exporter", str(config_path),
            str(start + PEAK_AFTER)])
     wait_until(lambda: http_get(f"{exporter}/metrics")[0] == 200, timeout=20, what="exporter")
 

@@ -16,8 +16,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
 from exporter.checks import FACTORIES, build_checks
 from exporter.checks.engine import check as engine_mod
@@ -26,14 +24,14 @@ from exporter.config.load import parse_config
 from exporter.metrics import ENGINE_SCRAPE_ERROR_REASONS as REASONS
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler
-from tests.conftest import free_port
-from tests.engine_fixtures import (
+from tests.support.engine_fixtures import (
     assert_same,
     expected_samples,
-    exposed_samples,
     triton_fixture_blocks,
     vllm_fixture,
 )
+from tests.support.procs import free_port
+from tests.support.samples import exposed_samples, find, parse, value
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROM_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -133,25 +131,13 @@ def exposition(registry: CollectorRegistry) -> str:
     return generate_latest(registry).decode()
 
 
-def value(text_: str, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(text_):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return None
-
-
 def data_series(text_: str, target: str) -> list[str]:
     """Engine data samples of one target (everything but up/duration/errors/dropped/info)."""
     return [
-        f"{s.name}{s.labels}"
-        for s in _samples(text_)
-        if s.labels.get("target") == target and "engine" in s.labels
+        f"{name}{dict(labels)}"
+        for (name, labels) in parse(text_)
+        if dict(labels).get("target") == target and "engine" in dict(labels)
     ]
-
-
-def _samples(text_: str) -> list[Sample]:
-    return [s for f in text_string_to_metric_families(text_) for s in f.samples]
 
 
 async def close_all(checks: list[EngineCheck]) -> None:
@@ -181,8 +167,7 @@ async def test_vllm_fixture_over_http_equals_source(engine: FakeEngine) -> None:
         duration = value(out, "llm_engine_scrape_duration_seconds", target="vllm-a")
         assert duration is not None and duration > 0
         # The histogram's bounds are the engine's own, written the Prometheus way.
-        les = [s.labels["le"] for s in _samples(out)
-               if s.name == "llm_engine_time_to_first_token_seconds_bucket"]
+        les = [labels["le"] for labels, _ in find(out, "llm_engine_time_to_first_token_seconds_bucket")]
         assert les == ["0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "+Inf"]
         # Never-seen families are absent, not zero.
         assert "llm_engine_kv_cache_usage_ratio" not in out
@@ -411,8 +396,7 @@ async def test_engine_restart_passes_through_as_a_reset(engine: FakeEngine) -> N
         assert value(out, "llm_engine_time_to_first_token_seconds_bucket",
                      le="0.5", **tokens) == 2.0
         # One series per (model, dp_rank): nothing accumulated next to the new values.
-        assert len([s for s in _samples(out)
-                    if s.name == "llm_engine_prompt_tokens_total"]) == 2
+        assert len(find(out, "llm_engine_prompt_tokens_total")) == 2
     finally:
         await close_all(checks)
 
@@ -425,8 +409,7 @@ async def test_model_cap_over_http(engine: FakeEngine) -> None:
         await checks[0].run()
         await checks[0].run()
         out = exposition(registry)
-        exposed = {s.labels["model"] for s in _samples(out)
-                   if s.name == "llm_engine_prompt_tokens_total"}
+        exposed = {labels["model"] for labels, _ in find(out, "llm_engine_prompt_tokens_total")}
         assert exposed == set(models[:20])
         # 5 models x 2 ranks x 2 families, on each of the two scrapes.
         assert value(out, "llm_engine_dropped_series_total", target="e") == 2 * 5 * 2 * 2

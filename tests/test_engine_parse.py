@@ -11,35 +11,15 @@ from exporter import metrics
 from exporter.checks.engine import table
 from exporter.checks.engine.parse import HistogramValue, ParseError, Snapshot, detect, parse
 from exporter.checks.engine.table import FORMATS, SOURCES, Source, sources_for
-from tests.engine_fixtures import (
-    SampleKey,
+from tests.support.engine_fixtures import (
     assert_same,
     expected_samples,
-    key,
     triton_fixture_blocks,
     vllm_fixture,
 )
+from tests.support.samples import SampleKey, key, snapshot_samples
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-
-
-def samples(snapshot: Snapshot, target: str = "t") -> dict[SampleKey, float]:
-    """A snapshot in the oracle's sample form (what the collector writes for it)."""
-    out: dict[SampleKey, float] = {}
-    for family, series in snapshot.series.items():
-        names = [n for n in family.labels if n not in ("target", "engine")]
-        for k, value in series.items():
-            labels = {"target": target, "engine": snapshot.engine, **dict(zip(names, k, strict=True))}
-            if isinstance(value, HistogramValue):
-                for le, count in value.buckets.items():
-                    out[key(family.name + "_bucket", {**labels, "le": str(le)})] = count
-                if value.count is not None:
-                    out[key(family.name + "_count", labels)] = value.count
-                if value.sum is not None:
-                    out[key(family.name + "_sum", labels)] = value.sum
-            else:
-                out[key(family.name, labels)] = value
-    return out
 
 
 def one(snapshot: Snapshot, family: metrics.Family) -> float | HistogramValue:
@@ -56,7 +36,7 @@ def test_vllm_fixture_equals_source_bucket_by_bucket() -> None:
     # The oracle's parser cannot read the line the docs cut short; ours skips it unread.
     oracle_text = "\n".join(line for line in text.splitlines() if ",...}" not in line)
     snap = parse(text.encode(), "vllm")
-    assert_same(samples(snap), expected_samples(oracle_text, "vllm", "t"))
+    assert_same(snapshot_samples(snap), expected_samples(oracle_text, "vllm", "t"))
     assert snap.models == (MODEL,)
     ttft = one(snap, metrics.ENGINE_TTFT)
     assert isinstance(ttft, HistogramValue)
@@ -73,7 +53,7 @@ def test_vllm_fixture_equals_source_bucket_by_bucket() -> None:
 def test_triton_fixture_equals_source(block: str) -> None:
     text = triton_fixture_blocks()[block]
     snap = parse(text, "triton")
-    assert_same(samples(snap), expected_samples(text, "triton", "t"))
+    assert_same(snapshot_samples(snap), expected_samples(text, "triton", "t"))
     if block == "A":
         # The older backend has neither a waiting count nor a KV fraction: absent.
         assert metrics.ENGINE_REQUESTS_WAITING not in snap.series
@@ -394,7 +374,7 @@ def test_every_format_round_trips_through_the_table(fmt: str) -> None:
     engine = fmt.removesuffix("-legacy")
     assert detect(body) == engine
     snap = parse(body, engine, max_models=10)
-    got = samples(snap)
+    got = snapshot_samples(snap)
     assert got.keys() == want.keys()
     for k, value in want.items():
         assert math.isclose(got[k], value, rel_tol=1e-12), (k, got[k], value)

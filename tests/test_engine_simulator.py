@@ -20,13 +20,11 @@ from exporter.checks.engine.table import FORMATS, Source, sources_for
 from exporter.config.load import parse_config
 from exporter.metrics import Kind
 from exporter.runtime.app import App
-from exporter.simulator.engine_config import EngineConfig
-from exporter.simulator.server import start
-from exporter.simulator.state import Settings
-from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
-from tests.engine_fixtures import SampleKey, assert_same, exposed_samples, key
+from tests.support.engine_fixtures import assert_same
+from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.samples import SampleKey, exposed_samples, key, total
+from tests.support.simulator import StartSimulator
 
-FAST = {"decode_step": 0.005, "decode_step_per_seq": 0.0005, "prefill_tps": 100_000.0}
 SUFFIXES = ("_bucket", "_count", "_sum")
 
 
@@ -88,18 +86,11 @@ async def _chat(session: aiohttp.ClientSession, base: str, stream: bool) -> None
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-async def test_every_simulator_format_equals_source_bucket_by_bucket(fmt: str) -> None:
-    port = free_port()
-    running = await start(
-        Settings(
-            port=port,
-            metrics_port=free_port(),
-            format=fmt,
-            models=("simulated-model",),
-            engine=EngineConfig(**FAST),
-        )
-    )
-    metrics_url = running.urls["metrics"]
+async def test_every_simulator_format_equals_source_bucket_by_bucket(
+    fmt: str, simulator: StartSimulator
+) -> None:
+    sim = simulator(fmt=fmt, fast=True)
+    metrics_url = sim.metrics_url
     engine_type = "vllm" if fmt == "vllm-legacy" else fmt
     exporter_port = free_port()
     config = parse_config(
@@ -110,7 +101,7 @@ async def test_every_simulator_format_equals_source_bucket_by_bucket(fmt: str) -
     [check] = app.checks
     try:
         async with aiohttp.ClientSession() as session:
-            await asyncio.gather(*(_chat(session, f"http://127.0.0.1:{port}", i % 2 == 0)
+            await asyncio.gather(*(_chat(session, sim.base, i % 2 == 0)
                                    for i in range(6)))
             # Idle: two identical reads mean every finished request has been recorded.
             previous = ""
@@ -138,22 +129,11 @@ async def test_every_simulator_format_equals_source_bucket_by_bucket(fmt: str) -
         assert metrics.ENGINE_REQUESTS_RUNNING.name in normalized
     finally:
         await app.shutdown()
-        await running.close()
 
 
-def _sum(body: str, name: str) -> float:
-    return sum(
-        s.value
-        for fam in text_string_to_metric_families(body)
-        for s in fam.samples
-        if s.name == name
-    )
-
-
-async def test_queue_share_through_the_exporter(spawn: Callable[..., Proc], tmp_path) -> None:  # type: ignore[no-untyped-def]
-    sim_port, exp_port = free_port(), free_port()
-    spawn(exporter_cmd("simulate", "--port", str(sim_port), "--max-num-seqs", "4",
-                       "--decode-step-ms", "5", "--decode-step-per-seq-ms", "1"))
+async def test_queue_share_through_the_exporter(spawn: Callable[..., Proc], simulator: StartSimulator, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    exp_port = free_port()
+    sim_port = simulator(max_num_seqs=4, decode_step_ms=5, decode_step_per_seq_ms=1).port
     cfg = tmp_path / "config.yaml"
     cfg.write_text(
         f"server: {{listen_address: '127.0.0.1:{exp_port}'}}\n"
@@ -171,11 +151,11 @@ async def test_queue_share_through_the_exporter(spawn: Callable[..., Proc], tmp_
         return http_get(exporter)[1]
 
     def share(before: str, after: str) -> float:
-        return (_sum(after, queue) - _sum(before, queue)) / (_sum(after, e2e) - _sum(before, e2e))
+        return (total(after, queue) - total(before, queue)) / (total(after, e2e) - total(before, e2e))
 
     def settled(count: float) -> Callable[[], bool]:
         # The exporter has scraped at least `count` finished requests.
-        return lambda: _sum(read(), f"{metrics.ENGINE_E2E.name}_count") >= count
+        return lambda: total(read(), f"{metrics.ENGINE_E2E.name}_count") >= count
 
     body = {"prompt": "measure the queue", "max_tokens": 20, "ignore_eos": True}
     async with aiohttp.ClientSession() as session:

@@ -14,8 +14,8 @@ import yaml
 
 from exporter.config.load import parse_config
 from exporter.monitoring import generate, rules
-from tests.conftest import ROOT
-from tests.generated import (
+from tests.support import ROOT
+from tests.support.generated import (
     EXAMPLE,
     alerts_by_name,
     committed,

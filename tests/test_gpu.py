@@ -1,5 +1,5 @@
 """GPU check against a scripted NVML library: the real nvidia-ml-py wrappers run, only the
-driver below them is fake (tests/fake_nvml.py). No GPU needed."""
+driver below them is fake (tests/support/fake_nvml.py). No GPU needed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import aiohttp
 import pynvml
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import __version__, metrics
 from exporter import checks as checks_pkg
@@ -26,8 +25,8 @@ from exporter.checks.gpu.check import GpuCheck, GpuCollector
 from exporter.checks.gpu.sampler import MAX_EVENTS_PER_TICK, RESCAN_FIRST, NvmlSampler
 from exporter.config.load import parse_config
 from exporter.runtime.app import App
-from tests.conftest import ROOT, free_port, wait_until
-from tests.fake_nvml import (
+from tests.support import ROOT
+from tests.support.fake_nvml import (
     OLD_DRIVER_MISSING,
     PROCESS_NAMES,
     FakeGpu,
@@ -36,6 +35,8 @@ from tests.fake_nvml import (
     eight_mixed,
     h200,
 )
+from tests.support.procs import free_port, wait_until
+from tests.support.samples import find, parse, value
 
 GPU_FAMILIES = [f for f in metrics.SCHEMA.values() if f.section == "gpu"]
 PER_GPU = {f.name for f in GPU_FAMILIES if "gpu" in f.labels}
@@ -77,23 +78,14 @@ class Scrape:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(GpuCollector(lambda: sampler.snapshot))
         self.text = generate_latest(registry).decode()
-        self.samples = [
-            (s.name, s.labels, s.value)
-            for fam in text_string_to_metric_families(self.text)
-            for s in fam.samples
-        ]
+        self.parsed = parse(self.text)
+        self.samples = [(n, dict(lab), v) for (n, lab), v in self.parsed.items()]
 
     def find(self, family: str, /, **labels: str) -> list[tuple[dict[str, str], float]]:
-        return [
-            (lab, v)
-            for n, lab, v in self.samples
-            if n == family and all(lab.get(k) == want for k, want in labels.items())
-        ]
+        return find(self.parsed, family, **labels)
 
     def get(self, family: str, /, **labels: str) -> float | None:
-        found = self.find(family, **labels)
-        assert len(found) <= 1, f"{family}{labels}: {found}"
-        return found[0][1] if found else None
+        return value(self.parsed, family, **labels)
 
     def names(self, gpu: int) -> set[str]:
         return {n for n, lab, _ in self.samples if lab.get("gpu") == str(gpu)}
@@ -604,17 +596,6 @@ async def scrape_app(http: aiohttp.ClientSession, port: int) -> str:
     async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
         assert resp.status == 200
         return await resp.text()
-
-
-def value(text: str, family: str, /, **labels: str) -> float | None:
-    found = [
-        s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-        if s.name == family and all(s.labels.get(k) == v for k, v in labels.items())
-    ]
-    assert len(found) <= 1
-    return found[0] if found else None
 
 
 async def test_app_without_nvml_serves_and_runs_other_checks(

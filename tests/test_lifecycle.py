@@ -8,7 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.samples import value
+from tests.support.simulator import StartSimulator
 
 
 def write(path: Path, port: int, extra: str) -> None:
@@ -21,19 +23,13 @@ def metrics(port: int) -> str:
 
 
 def runs(body: str, check: str) -> float:
-    prefix = f'llm_exporter_check_runs_total{{check="{check}",outcome="success"}} '
-    for line in body.splitlines():
-        if line.startswith(prefix):
-            return float(line[len(prefix):])
-    return 0.0
+    return value(body, "llm_exporter_check_runs_total", check=check, outcome="success") or 0.0
 
 
 def test_sighup_keeps_old_config_on_error_and_applies_good_one(
-    tmp_path: Path, spawn: Callable[..., Proc]
+    tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator
 ) -> None:
-    sim = free_port()
-    spawn(exporter_cmd("simulate", "--port", str(sim)))
-    wait_until(lambda: http_get(f"http://127.0.0.1:{sim}/v1/models")[0] == 200, what="simulator")
+    sim = simulator().port
     engine = f"url: 'http://127.0.0.1:{sim}/metrics', interval: 200ms"
     port = free_port()
     cfg = tmp_path / "config.yaml"

@@ -6,7 +6,7 @@ import re
 
 from exporter import metrics
 from exporter.checks.engine import table
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 DOC = ROOT / "docs" / "metrics.md"
 # A reference row: | `llm_name` | type | labels | definition |

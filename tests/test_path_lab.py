@@ -1,6 +1,6 @@
 """The path and route checks against simulated carrier paths in network namespaces.
 
-Each test builds its own lab (tests/netlab.py): a client namespace for the prober and one
+Each test builds its own lab (tests/support/netlab.py): a client namespace for the prober and one
 namespace per simulated carrier, answered by a userspace responder whose log is the ground
 truth. Only addresses the lab assigned inside its namespaces are probed. Root is needed;
 without it these tests skip, except under CI=true where they fail.
@@ -21,14 +21,15 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.checks.path import check as path
 from exporter.checks.path.check import PathCheck
 from exporter.checks.path.route import RouteCheck
 from exporter.config.load import parse_config
-from tests.conftest import http_get
-from tests.netlab import ROOT, Lab, Responder, in_netns, require_lab, sh
+from tests.support import ROOT
+from tests.support.netlab import Lab, Responder, in_netns, require_lab, sh
+from tests.support.procs import http_get
+from tests.support.samples import parse, registry_value
 
 
 @pytest.fixture
@@ -79,12 +80,6 @@ def carrier_lab(lab: Lab) -> tuple[str, dict[str, tuple[str, str, Responder]]]:
     return client, paths
 
 
-def sample(reg: CollectorRegistry, name: str, **labels: str) -> float:
-    value = reg.get_sample_value(name, labels)
-    assert value is not None, f"{name}{labels} is absent"
-    return value
-
-
 @pytest.mark.parametrize("mode", ["dgram", "raw"])
 def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> None:
     client, paths = carrier_lab(lab)
@@ -120,8 +115,8 @@ def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> No
         source, _, responder = paths[name]
         labels = {"carrier": name, "target": name, "region": "lab", "protocol": "icmp"}
         echoes = responder.echoes(source)
-        sent = sample(reg, "llm_path_packets_sent_total", **labels)
-        received = sample(reg, "llm_path_packets_received_total", **labels)
+        sent = registry_value(reg, "llm_path_packets_sent_total", **labels)
+        received = registry_value(reg, "llm_path_packets_received_total", **labels)
         dropped = sum(not e[4] for e in echoes)
         # Every echo settled: the counters are exactly the responder's truth.
         assert sent == len(echoes) == BURST * BURSTS, name
@@ -129,7 +124,7 @@ def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> No
         lo, hi = binomial_interval(BURST * BURSTS, loss)
         assert lo <= dropped <= hi, (name, dropped, lo, hi)
 
-        mean_rtt = sample(reg, "llm_path_rtt_seconds_sum", **labels) / received
+        mean_rtt = registry_value(reg, "llm_path_rtt_seconds_sum", **labels) / received
         applied = statistics.fmean(e[5] for e in echoes if e[4])
         assert abs(mean_rtt - applied) < 0.001, (name, mean_rtt, applied)
         if jitter <= 0.005:  # the sample mean of wider jitter wanders by more than 1 ms
@@ -138,10 +133,10 @@ def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> No
         # RTT differences of iid uniform(+-j) delays: E|D| = 2j/3, the RFC 3550 fixed point.
         analytic = 2 * jitter / 3
         assert abs(statistics.fmean(rfc[name]) - analytic) < 0.25 * analytic, (name, rfc[name])
-        assert sample(reg, "llm_path_jitter_seconds", **labels, method="rfc3550") == rfc[name][-1]
-        mad = sample(reg, "llm_path_jitter_seconds", **labels, method="mean_abs_diff")
+        assert registry_value(reg, "llm_path_jitter_seconds", **labels, method="rfc3550") == rfc[name][-1]
+        mad = registry_value(reg, "llm_path_jitter_seconds", **labels, method="mean_abs_diff")
         assert abs(mad - analytic) < 0.25 * analytic, (name, mad)
-        last_loss = sample(reg, "llm_path_loss_ratio", **labels)
+        last_loss = registry_value(reg, "llm_path_loss_ratio", **labels)
         assert last_loss == pytest.approx(sum(not e[4] for e in echoes[-BURST:]) / BURST)
 
 
@@ -211,11 +206,11 @@ def scrape(ns: str, port: int, path_: str = "/metrics") -> tuple[int, str]:
 def path_samples(text: str) -> dict[tuple[str, str, str], float]:
     """(family sample name, target, reason-or-route_class) -> value for llm_path_* samples."""
     out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.startswith("llm_path_"):
-                extra = s.labels.get("reason") or s.labels.get("route_class") or ""
-                out[(s.name, s.labels["target"], extra)] = s.value
+    for (name, labels), v in parse(text).items():
+        if name.startswith("llm_path_"):
+            found = dict(labels)
+            extra = found.get("reason") or found.get("route_class") or ""
+            out[(name, found["target"], extra)] = v
     return out
 
 

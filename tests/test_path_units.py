@@ -24,7 +24,7 @@ from exporter.checks.path.jitter import mean_abs_diff, rfc3550, rtt_diffs
 from exporter.checks.path.routes import OTHER, UNKNOWN, RouteTableError, load_table
 from exporter.config.load import load_config, parse_config
 from exporter.config.yamlfile import ConfigError
-from tests.conftest import free_port
+from tests.support.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -439,7 +439,7 @@ def test_burst_must_fit_the_interval() -> None:
 
 
 def test_lab_skips_without_root_except_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests import netlab
+    from tests.support import netlab
 
     monkeypatch.setattr(netlab.os, "geteuid", lambda: 1000)
     monkeypatch.delenv("CI", raising=False)

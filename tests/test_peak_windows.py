@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config.load import parse_config
 from exporter.runtime.peak import PeakWindowCollector
+from tests.support.samples import find
 
 UTC = dt.UTC
 
@@ -21,12 +22,10 @@ def gauge(config_text: str, now: float) -> dict[str, float]:
     cfg = parse_config(config_text).peak_windows
     reg = CollectorRegistry()
     reg.register(PeakWindowCollector(lambda: cfg, clock=lambda: now))
-    out = {}
-    for line in generate_latest(reg).decode().splitlines():
-        if line.startswith("llm_exporter_peak_window{"):
-            window = line.split('window="')[1].split('"')[0]
-            out[window] = float(line.rsplit(" ", 1)[1])
-    return out
+    return {
+        labels["window"]: v
+        for labels, v in find(generate_latest(reg).decode(), "llm_exporter_peak_window")
+    }
 
 
 SHANGHAI = "peak_windows: {timezone: Asia/Shanghai}\n"  # default evening 20:00-23:00

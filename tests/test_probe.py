@@ -12,7 +12,6 @@ import ssl
 import statistics
 import subprocess
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ import pytest
 import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.checks.probe import check as probe
 from exporter.checks.probe.check import EndpointBusy, EndpointGate, ProbeCheck, ProbeFailed
@@ -30,40 +28,17 @@ from exporter.config.load import parse_config
 from exporter.probing.timing import Arrivals, pieces
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler
-from exporter.simulator.faults import Faults
-from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.procs import free_port
+from tests.support.samples import parse, total
+from tests.support.simulator import Simulator, running_simulator
 
 MODEL = "simulated-model"
-FAST = ["--decode-step-ms", "5", "--decode-step-per-seq-ms", "0.5", "--prefill-tps", "100000"]
-
-
-class Simulator:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        self.target = f"127.0.0.1:{port}"
-
-    def faults(self, **changes: Any) -> None:
-        """Reset every fault to its default, then apply ``changes``."""
-        body = json.dumps({**Faults().as_dict(), **changes}).encode()
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/admin/faults", data=body, method="POST"
-        )
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            assert resp.status == 200
 
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[Simulator]:
-    port = free_port()
-    proc = Proc(exporter_cmd("simulate", "--port", str(port), "--format", "vllm", *FAST))
-    try:
-        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/health")[0] == 200,
-                   what="simulator")
-        yield Simulator(port)
-    finally:
-        proc.stop()
-        proc.stderr_path.unlink(missing_ok=True)
+    with running_simulator(fmt="vllm", fast=True) as running:
+        yield running
 
 
 @pytest.fixture
@@ -548,25 +523,13 @@ async def test_hanging_endpoint_delays_no_other_probe_or_metrics(sim: Simulator)
             w.close()
         server.close()
     assert statistics.median(latencies) < 0.1 and max(latencies) < 0.5, latencies
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
+    samples = parse(text)
 
     def probe_count(name: str, outcome: str) -> float:
-        for (sample, labels), count in samples.items():
-            found = dict(labels)
-            if (sample, found.get("probe"), found.get("outcome")) == (
-                "llm_probe_requests_total", name, outcome
-            ):
-                return count
-        return 0.0
+        return total(samples, "llm_probe_requests_total", probe=name, outcome=outcome)
 
     def runs(check: str, outcome: str) -> float:
-        key = ("llm_exporter_check_runs_total",
-               tuple(sorted({"check": check, "outcome": outcome}.items())))
-        return samples.get(key, 0.0)
+        return total(samples, "llm_exporter_check_runs_total", check=check, outcome=outcome)
 
     assert probe_count("stuck", "timeout_first_token") >= 2
     assert runs("probe/stuck", "error") >= 2 and runs("probe/stuck", "timeout") == 0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.conftest import ROOT
-from tests.generated import (
+from tests.support import ROOT
+from tests.support.generated import (
     BUILTIN_SERIES,
     RULE_FILES,
     alerts_by_name,

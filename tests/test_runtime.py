@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import checks as checks_pkg
 from exporter.checks import Check
@@ -18,7 +17,8 @@ from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler
-from tests.conftest import free_port
+from tests.support.procs import free_port
+from tests.support.samples import series
 
 
 class Counting(Check):
@@ -56,17 +56,8 @@ class Stubborn(Counting):
                 continue
 
 
-def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == name:
-                out[tuple(sorted(s.labels.items()))] = s.value
-    return out
-
-
 def runs(text: str, check: str, outcome: str) -> float:
-    return samples(text, "llm_exporter_check_runs_total").get(
+    return series(text, "llm_exporter_check_runs_total").get(
         (("check", check), ("outcome", outcome)), 0.0
     )
 
@@ -124,7 +115,7 @@ async def test_failing_and_hanging_checks_do_not_block_others(
         # The hanging check never runs twice at once: each run started after the last timed out.
         hang_gaps = [b - a for a, b in zip(hang.started, hang.started[1:], strict=False)]
         assert all(g >= 0.3 for g in hang_gaps), hang_gaps
-        last_ok = samples(text, "llm_exporter_check_last_success_timestamp_seconds")
+        last_ok = series(text, "llm_exporter_check_last_success_timestamp_seconds")
         assert (("check", "test/good"),) in last_ok and (("check", "test/bad"),) not in last_ok
     finally:
         t0 = time.monotonic()

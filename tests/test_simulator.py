@@ -8,7 +8,7 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,59 +17,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.checks.engine.table import FORMATS, sources_for
-from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import Faults
-from exporter.simulator.server import Running, start
-from exporter.simulator.state import Settings
 from exporter.simulator.tokens import count_tokens
-from tests.conftest import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.procs import exporter_cmd, free_port, http_get
+from tests.support.samples import Samples, parse, total
+from tests.support.simulator import Simulator, StartSimulator
 
-# Fast enough for tests, slow enough that batching and queueing are visible.
-FAST = {"decode_step": 0.005, "decode_step_per_seq": 0.0005, "prefill_tps": 100_000.0}
 USER = [{"role": "user", "content": "Say something short about latency, please."}]
-
-
-@dataclass
-class Sim:
-    running: Running
-    base: str
-
-    @property
-    def metrics_url(self) -> str:
-        return self.running.urls["metrics"]
-
-
-Start = Callable[..., Awaitable[Sim]]
-
-
-@pytest.fixture
-async def simulate() -> AsyncIterator[Start]:
-    started: list[Running] = []
-
-    async def _start(
-        fmt: str = "vllm",
-        faults: Faults | None = None,
-        dp_ranks: int = 1,
-        models: tuple[str, ...] = ("simulated-model",),
-        **engine: Any,
-    ) -> Sim:
-        port = free_port()
-        settings = Settings(
-            port=port,
-            metrics_port=free_port(),
-            format=fmt,
-            models=models,
-            dp_ranks=dp_ranks,
-            engine=EngineConfig(**{**FAST, **engine}),
-            faults=faults or Faults(),
-        )
-        running = await start(settings)
-        started.append(running)
-        return Sim(running, f"http://127.0.0.1:{port}")
-
-    yield _start
-    for running in started:
-        await running.close()
 
 
 @pytest.fixture
@@ -154,33 +108,19 @@ def chat(max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
     return {"messages": USER, "max_tokens": max_tokens, **extra}
 
 
-Samples = list[tuple[str, dict[str, str], float]]
-
-
 async def scrape(session: aiohttp.ClientSession, url: str) -> Samples:
-    """Every sample as (name, labels, value), via prometheus_client's parser."""
+    """Every sample, via prometheus_client's parser."""
     async with session.get(url) as resp:
         assert resp.status == 200
         text = await resp.text()
-    return [
-        (s.name, s.labels, s.value)
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    ]
-
-
-def total(samples: Samples, name: str, **match: str) -> float:
-    return sum(
-        value for sample, labels, value in samples
-        if sample == name and all(labels.get(k) == v for k, v in match.items())
-    )
+    return parse(text)
 
 
 # --- API shapes -----------------------------------------------------------------------------
 async def test_chat_stream_role_chunk_tokens_usage_done(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate()
+    sim = simulator(fast=True)
     s = await stream(session, f"{sim.base}/v1/chat/completions",
                      chat(6, stream_options={"include_usage": True}))
     assert s.status == 200 and s.headers["Content-Type"].startswith("text/event-stream")
@@ -201,9 +141,9 @@ async def test_chat_stream_role_chunk_tokens_usage_done(
 
 
 async def test_streams_without_usage_and_completions_api(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate()
+    sim = simulator(fast=True)
     s = await stream(session, f"{sim.base}/v1/chat/completions", chat(3))
     assert s.done and not any("usage" in c for c in s.chunks())
 
@@ -216,8 +156,8 @@ async def test_streams_without_usage_and_completions_api(
     assert len(s.token_events()) == 4 and s.usage()["completion_tokens"] == 4 and s.done
 
 
-async def test_non_streaming_both_apis(simulate: Start, session: aiohttp.ClientSession) -> None:
-    sim = await simulate()
+async def test_non_streaming_both_apis(simulator: StartSimulator, session: aiohttp.ClientSession) -> None:
+    sim = simulator(fast=True)
     async with session.post(f"{sim.base}/v1/chat/completions", json=chat(5)) as resp:
         body = await resp.json()
     assert body["object"] == "chat.completion"
@@ -235,9 +175,9 @@ async def test_non_streaming_both_apis(simulate: Start, session: aiohttp.ClientS
 
 
 async def test_natural_stop_models_and_errors(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate(output_len=4, kv_tokens=256)
+    sim = simulator(fast=True, output_len=4, kv_tokens=256)
     async with session.post(f"{sim.base}/v1/chat/completions", json=chat(200)) as resp:
         body = await resp.json()
     assert body["choices"][0]["finish_reason"] == "stop"
@@ -265,7 +205,7 @@ async def test_natural_stop_models_and_errors(
 
 
 # --- faults, switched at run time through the admin endpoint --------------------------------
-async def set_faults(session: aiohttp.ClientSession, sim: Sim, **faults: Any) -> dict[str, Any]:
+async def set_faults(session: aiohttp.ClientSession, sim: Simulator, **faults: Any) -> dict[str, Any]:
     async with session.post(f"{sim.base}/admin/faults", json=faults) as resp:
         assert resp.status == 200, await resp.text()
         result: dict[str, Any] = await resp.json()
@@ -273,9 +213,9 @@ async def set_faults(session: aiohttp.ClientSession, sim: Sim, **faults: Any) ->
 
 
 async def test_admin_switches_faults_at_run_time(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate()
+    sim = simulator(fast=True)
     async with session.get(f"{sim.base}/admin/faults") as resp:
         assert (await resp.json()) == Faults().as_dict()
     url = f"{sim.base}/v1/chat/completions"
@@ -307,9 +247,9 @@ async def test_admin_switches_faults_at_run_time(
 
 @pytest.mark.parametrize("fmt", ["vllm", "trtllm", "triton"])
 async def test_metrics_error_fault_breaks_only_the_metrics_endpoint(
-    simulate: Start, session: aiohttp.ClientSession, fmt: str
+    simulator: StartSimulator, session: aiohttp.ClientSession, fmt: str
 ) -> None:
-    sim = await simulate(fmt)
+    sim = simulator(fmt=fmt, fast=True)
     metrics_url = sim.metrics_url
     await set_faults(session, sim, metrics_error_rate=1)
     async with session.get(metrics_url) as resp:
@@ -322,9 +262,9 @@ async def test_metrics_error_fault_breaks_only_the_metrics_endpoint(
 
 
 async def test_slow_first_token_and_keep_alive(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate()
+    sim = simulator(fast=True)
     await set_faults(session, sim, slow_first_token=0.6, keep_alive=0.1)
     s = await stream(session, f"{sim.base}/v1/chat/completions", chat(3))
     first_token = s.token_events()[0][0]
@@ -342,8 +282,8 @@ async def test_slow_first_token_and_keep_alive(
     assert raw.startswith(b"\n\n") and json.loads(raw)["usage"]["completion_tokens"] == 2
 
 
-async def test_stall_mid_stream(simulate: Start, session: aiohttp.ClientSession) -> None:
-    sim = await simulate()
+async def test_stall_mid_stream(simulator: StartSimulator, session: aiohttp.ClientSession) -> None:
+    sim = simulator(fast=True)
     await set_faults(session, sim, stall=0.5, mid_stream_after=3)
     s = await stream(session, f"{sim.base}/v1/chat/completions", chat(6))
     times = [t for t, _, _ in s.token_events()]
@@ -355,8 +295,8 @@ async def test_stall_mid_stream(simulate: Start, session: aiohttp.ClientSession)
     assert total(samples, "vllm:inter_token_latency_seconds_bucket", le="0.3") == 4
 
 
-async def test_disconnect_mid_stream(simulate: Start, session: aiohttp.ClientSession) -> None:
-    sim = await simulate()
+async def test_disconnect_mid_stream(simulator: StartSimulator, session: aiohttp.ClientSession) -> None:
+    sim = simulator(fast=True)
     await set_faults(session, sim, disconnect_rate=1, mid_stream_after=2)
     s = await stream(session, f"{sim.base}/v1/chat/completions", chat(10))
     assert not s.done and s.error is not None and len(s.token_events()) == 2
@@ -369,8 +309,8 @@ async def test_disconnect_mid_stream(simulate: Start, session: aiohttp.ClientSes
             await resp.read()
 
 
-async def test_hang(simulate: Start, session: aiohttp.ClientSession) -> None:
-    sim = await simulate()
+async def test_hang(simulator: StartSimulator, session: aiohttp.ClientSession) -> None:
+    sim = simulator(fast=True)
     await set_faults(session, sim, hang_rate=1)
     with pytest.raises(TimeoutError):
         async with session.post(f"{sim.base}/v1/chat/completions", json=chat(2),
@@ -379,9 +319,9 @@ async def test_hang(simulate: Start, session: aiohttp.ClientSession) -> None:
 
 
 async def test_malformed_event_and_stream_error(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate()
+    sim = simulator(fast=True)
     url = f"{sim.base}/v1/chat/completions"
     await set_faults(session, sim, malformed_rate=1, mid_stream_after=2)
     s = await stream(session, url, chat(5))
@@ -407,9 +347,9 @@ def _is_json(text: str) -> bool:
 
 
 async def test_role_chunk_off_reasoning_and_tokens_per_chunk(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate()
+    sim = simulator(fast=True)
     url = f"{sim.base}/v1/chat/completions"
     await set_faults(session, sim, role_chunk=False, reasoning_tokens=3)
     s = await stream(session, url, chat(5, stream_options={"include_usage": True}))
@@ -428,9 +368,9 @@ async def test_role_chunk_off_reasoning_and_tokens_per_chunk(
 
 # --- the continuous-batching model ----------------------------------------------------------
 async def test_requests_beyond_max_num_seqs_wait(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate(max_num_seqs=2, decode_step=0.01)
+    sim = simulator(fast=True, max_num_seqs=2, decode_step_ms=10)
     url = f"{sim.base}/v1/chat/completions"
     tasks = [asyncio.create_task(stream(session, url, chat(40))) for _ in range(4)]
     seen: dict[str, float] = {}
@@ -454,9 +394,9 @@ async def test_requests_beyond_max_num_seqs_wait(
 
 
 async def test_prefix_cache_hits_on_repeated_prefix(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate(block_size=16)
+    sim = simulator(fast=True, block_size=16)
     shared = " ".join(f"word{i}" for i in range(100))  # 200 tokens of system prompt
     url = f"{sim.base}/v1/chat/completions"
 
@@ -482,9 +422,9 @@ async def test_prefix_cache_hits_on_repeated_prefix(
 
 
 async def test_preemption_under_tiny_kv_cache(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate(kv_tokens=128, block_size=16, max_num_seqs=4)
+    sim = simulator(fast=True, kv_tokens=128, block_size=16, max_num_seqs=4)
     url = f"{sim.base}/v1/completions"
     prompts = [f"request {i} " + "lorem ipsum dolor sit amet " * 3 for i in range(4)]
     results = await asyncio.gather(*(
@@ -502,9 +442,9 @@ async def test_preemption_under_tiny_kv_cache(
 
 
 async def test_client_disconnect_aborts_and_frees(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate(decode_step=0.02)
+    sim = simulator(fast=True, decode_step_ms=20)
     async with session.post(f"{sim.base}/v1/chat/completions",
                             json=chat(200, stream=True)) as resp:
         await resp.content.readline()
@@ -519,9 +459,9 @@ async def test_client_disconnect_aborts_and_frees(
 
 
 async def test_models_and_data_parallel_ranks(
-    simulate: Start, session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate(dp_ranks=2, models=("big", "small"))
+    sim = simulator(fast=True, dp_ranks=2, model=("big", "small"))
     url = f"{sim.base}/v1/chat/completions"
     # Concurrent, so the least-loaded routing spreads them over both ranks.
     await asyncio.gather(*(stream(session, url, chat(20, model="big")) for _ in range(4)))
@@ -538,9 +478,9 @@ async def test_models_and_data_parallel_ranks(
 # --- formats ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_every_format_renders_every_table_row(
-    fmt: str, simulate: Start, session: aiohttp.ClientSession
+    fmt: str, simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    sim = await simulate(fmt)
+    sim = simulator(fmt=fmt, fast=True)
     for _ in range(2):
         await stream(session, f"{sim.base}/v1/completions", {"prompt": "hello " * 20,
                                                              "max_tokens": 3})
@@ -558,8 +498,8 @@ async def test_every_format_renders_every_table_row(
         assert {s.labels[model_label] for s in matching} == {"simulated-model"}, source.name
 
 
-async def test_format_endpoints(simulate: Start, session: aiohttp.ClientSession) -> None:
-    trt = await simulate("trtllm")
+async def test_format_endpoints(simulator: StartSimulator, session: aiohttp.ClientSession) -> None:
+    trt = simulator(fmt="trtllm", fast=True)
     await stream(session, f"{trt.base}/v1/completions", {"prompt": "hi", "max_tokens": 3})
     async with session.get(f"{trt.base}/metrics") as resp:
         assert resp.content_type == "application/json"
@@ -568,7 +508,7 @@ async def test_format_endpoints(simulate: Start, session: aiohttp.ClientSession)
     async with session.get(f"{trt.base}/metrics") as resp:
         assert await resp.json() == []  # drained by the previous read
 
-    triton = await simulate("triton")
+    triton = simulator(fmt="triton", fast=True)
     await stream(session, f"{triton.base}/v1/completions", {"prompt": "hi", "max_tokens": 3})
     async with session.get(f"{triton.base}/metrics") as resp:
         assert resp.status == 404  # Triton's metrics are on their own port
@@ -581,13 +521,9 @@ async def test_format_endpoints(simulate: Start, session: aiohttp.ClientSession)
 
 # --- the acceptance: queue-time share under overload, then after it ----------------------------
 async def test_queue_share_rises_under_overload_and_falls_after(
-    spawn: Callable[..., Proc], session: aiohttp.ClientSession
+    simulator: StartSimulator, session: aiohttp.ClientSession
 ) -> None:
-    port = free_port()
-    spawn(exporter_cmd("simulate", "--port", str(port), "--max-num-seqs", "4",
-                       "--decode-step-ms", "5", "--decode-step-per-seq-ms", "1"))
-    base = f"http://127.0.0.1:{port}"
-    wait_until(lambda: http_get(f"{base}/health")[0] == 200, what="simulator up")
+    base = simulator(max_num_seqs=4, decode_step_ms=5, decode_step_per_seq_ms=1).base
     url = f"{base}/v1/completions"
     body = {"prompt": "measure the queue", "max_tokens": 20, "ignore_eos": True}
 
@@ -637,12 +573,11 @@ def test_cli_rejects_bad_flags() -> None:
     assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
 
 
-def test_cli_prints_urls_and_stops_on_sigterm(spawn: Callable[..., Proc]) -> None:
-    port = free_port()
-    proc = spawn(exporter_cmd("simulate", "--port", str(port), "--format", "triton",
-                              "--metrics-port", str(free_port()),
-                              "--fault", "keep_alive=0.5"))
-    wait_until(lambda: "metrics" in proc.output(), what="URLs printed")
+def test_cli_prints_urls_and_stops_on_sigterm(simulator: StartSimulator) -> None:
+    # Ready means the URLs were printed (and /health answers).
+    sim = simulator(fmt="triton", metrics_port=free_port(), fault="keep_alive=0.5")
+    proc, port = sim.proc, sim.port
+    assert "metrics" in proc.output()
     assert f"http://127.0.0.1:{port}/v1" in proc.output()
     assert json.loads(http_get(f"http://127.0.0.1:{port}/admin/faults")[1])["keep_alive"] == 0.5
     proc.signal(signal.SIGTERM)

@@ -22,7 +22,8 @@ import pytest
 from exporter.stack import supervisor as stack
 from exporter.stack.sink import Sink, make_sink_server
 from exporter.stack.state import Ports, Service, Stack
-from tests.conftest import ROOT, free_port, http_get, wait_until
+from tests.support import ROOT
+from tests.support.procs import free_port, http_get, wait_until
 
 
 def free_ports() -> Ports:

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from exporter.stack import supervisor as stack
-from tests.conftest import ROOT, http_get
+from tests.support import ROOT
+from tests.support.procs import http_get
 from tests.test_stack import free_ports
 
 ALERT = "LLMEngineDown"

@@ -5,8 +5,9 @@ old and new names alike; the simulator renders one exposition format from
 ``sources_for(format)`` by inverting the rows (value / scale, labels renamed back, ``match``
 labels added). docs/metrics.md carries ``markdown()`` of this table, kept equal by a test.
 
-Sources: vLLM loggers.py, SGLang collector.py,
-TensorRT-LLM metrics/collector.py, tensorrtllm_backend README) and the fixture files.
+Sources: the engines' own code and docs (vLLM vllm/v1/metrics/loggers.py, SGLang collector.py,
+TensorRT-LLM tensorrt_llm/metrics/collector.py, tensorrtllm_backend README) and the verbatim
+samples in tests/fixtures/engines/ (provenance in its README.md).
 """
 
 from __future__ import annotations

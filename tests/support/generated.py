@@ -17,7 +17,7 @@ import yaml
 from exporter import metrics
 from exporter.config.load import load_config
 from exporter.config.models import Config
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 EXAMPLE = ROOT / "config.example.yaml"
 ALERTS = ROOT / "alerts"

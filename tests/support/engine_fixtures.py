@@ -1,8 +1,10 @@
 """Engine fixture files and an oracle for what the engine check must expose from them.
 
-The oracle reads the fixtures with prometheus_client's own parser and maps them with the
-table below, written out by hand from reference/engine-metrics.md rather than taken from
-exporter/checks/engine/table.py, so a wrong row in the real table makes the comparison fail.
+The fixtures are the in-repo copies in tests/fixtures/engines/ (provenance in its README.md).
+The oracle reads them with prometheus_client's own parser and maps them with the table below,
+written out by hand from the engine research notes (the sources the fixtures' README names)
+rather than taken from exporter/checks/engine/table.py, so a wrong row in the real table makes
+the comparison fail.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import FIXTURES
+from tests.support import FIXTURES
+from tests.support.samples import SampleKey, key
 
 ENGINE_FIXTURES = FIXTURES / "engines"
 
@@ -81,15 +84,6 @@ LABELS = {
     "triton": {"model": "model"},
 }
 
-#: (sample name, sorted labels without le, le or None) -> value
-SampleKey = tuple[str, tuple[tuple[str, str], ...], float | None]
-
-
-def key(name: str, labels: dict[str, str]) -> SampleKey:
-    rest = dict(labels)
-    le = rest.pop("le", None)
-    return name, tuple(sorted(rest.items())), None if le is None else float(le)
-
 
 def expected_samples(exposition: str, engine: str, target: str) -> dict[SampleKey, float]:
     """What /metrics must show for ``exposition`` scraped as ``target``."""
@@ -116,20 +110,6 @@ def expected_samples(exposition: str, engine: str, target: str) -> dict[SampleKe
                 if rule.scale != 1.0:
                     value = value / round(1 / rule.scale)
                 out[key(rule.target, labels)] = value
-    return out
-
-
-def exposed_samples(exposition: str) -> dict[SampleKey, float]:
-    """The engine data samples in an exporter /metrics body (those with an engine label;
-    up, scrape duration, errors, dropped series and info have none)."""
-    out: dict[SampleKey, float] = {}
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            if not sample.name.startswith("llm_engine_") or "engine" not in sample.labels:
-                continue
-            k = key(sample.name, dict(sample.labels))
-            assert k not in out, f"duplicate sample {k}"
-            out[k] = sample.value
     return out
 
 

@@ -2,7 +2,7 @@
 NVML library (no GPU here) and a peak-window clock that enters the config's first window
 at a chosen moment, so one short run sees both off-peak and peak time.
 
-    python -m tests.e2e_exporter CONFIG PEAK_AT_UNIX_TIME
+    python -m tests.support.e2e_exporter CONFIG PEAK_AT_UNIX_TIME
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pynvml
 from exporter.config.load import load_config
 from exporter.runtime.app import App
 from exporter.runtime.logs import setup_logging
-from tests.fake_nvml import FakeNvml, h200
+from tests.support.fake_nvml import FakeNvml, h200
 
 
 def main(argv: list[str]) -> int:

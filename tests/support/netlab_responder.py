@@ -12,7 +12,7 @@ the reply left, so it is the delay actually applied, scheduling lateness include
 With ``--tcp-port`` it also accepts (and closes) TCP connections on that port. It imports
 nothing from the exporter on purpose: the ground truth shares no code with the prober.
 
-    python tests/netlab_responder.py --delay 0.15 --jitter 0.005 --loss 0.001 --seed 1 \\
+    python tests/support/netlab_responder.py --delay 0.15 --jitter 0.005 --loss 0.001 --seed 1 \\
         --log /tmp/echoes.log [--tcp-port 8443]
 """
 

@@ -27,7 +27,6 @@ from typing import TypeVar
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 RESPONDER = Path(__file__).resolve().parent / "netlab_responder.py"
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from exporter.simulator.sequence import Sequence
 
 Labels = tuple[tuple[str, str], ...]
 
-# --- default buckets of the imitated engines (engine-metrics.md sections 1.4, 3.3, 4.1) ---
+# --- default buckets of the imitated engines (vLLM, SGLang and TensorRT-LLM defaults) ---
 VLLM_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
              7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 VLLM_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -60,7 +60,7 @@ BUCKETS: dict[str, dict[str, tuple[float, ...]]] = {
     },
 }
 #: SGLang spreads a multi-token output over its tokens: the bucket of interval/n gains n and
-#: the sum gains the interval, so _count counts tokens (collector.py, engine-metrics.md 3.3).
+#: the sum gains the interval, so _count counts tokens (SGLang collector.py).
 PER_TOKEN_ITL = {"sglang"}
 
 

@@ -65,7 +65,7 @@ pytest: install-test system-deps
 test: lint typecheck pytest
 
 # Refresh the committed rules, Alertmanager template and dashboards after changing
-# config.example.yaml, exporter/monitoring/rules.py or exporter/monitoring/dashboards.py (a test fails while stale).
+# config.example.yaml or exporter/monitoring/ (a test fails while stale).
 generate: install
 	$(BIN)/llm-latency-exporter generate --config config.example.yaml --out alerts --dashboards dashboards
 	$(BIN)/python -m exporter.monitoring.prometheusrule --rules alerts/rules --out deploy/kubernetes/prometheusrule.yaml

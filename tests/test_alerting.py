@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.monitoring import rules
+from exporter.monitoring.alertmanager import INHIBITIONS
 from tests.support import ROOT
 from tests.support.generated import ALERTS, AM_FILE, RULE_FILES, alerts_by_name, example, groups
 from tests.support.procs import Proc, free_port, http_get, wait_until
@@ -172,5 +172,5 @@ def test_causes_mute_their_symptoms(alertmanager: str) -> None:
 def test_inhibition_rules_name_alerts_that_exist() -> None:
     # A renamed alert would silently stop matching its inhibit rule.
     names = set(alerts_by_name(RULE_FILES[1].read_text()))
-    for source, targets, _label in rules.INHIBITIONS:
+    for source, targets, _label in INHIBITIONS:
         assert source in names and set(targets) <= names, (source, targets)

@@ -161,6 +161,26 @@ def test_example_config_is_valid_and_covers_every_key(monkeypatch: pytest.Monkey
             "paths:\n  spacing: 200\n  carriers: {}\n",
             "cfg.yaml: paths.spacing (line 2): expected a duration like 15s, got 200",
         ),
+        (
+            "alerting:\n  throttle_reasons: [hw_slowdown, overheated]\n",
+            "cfg.yaml: alerting.throttle_reasons (line 2): unknown clock-event reason 'overheated'",
+        ),
+        (
+            "alerting:\n  burn_windows:\n    - {long: 5m, short: 1h, factor: 14.4, hold: 2m}\n",
+            "cfg.yaml: alerting.burn_windows[0] (line 3): short (60m) must be shorter than long (5m)",
+        ),
+        (
+            "alerting:\n  burn_windows:\n    - {long: 1h, short: 90s, factor: 14.4, hold: 2m}\n",
+            "cfg.yaml: alerting.burn_windows[0].short (line 3): expected whole minutes, got 90s",
+        ),
+        (
+            "alerting:\n  receivers: {critical: default}\n",
+            "cfg.yaml: alerting (line 1): receiver name 'default' is used twice",
+        ),
+        (
+            "alerting:\n  receivers: {warn: chat}\n",
+            "cfg.yaml: alerting.receivers.warn (line 2): unknown key 'warn' (did you mean 'warning'?)",
+        ),
     ],
 )
 def test_error_names_path_and_line(text: str, expected: str) -> None:

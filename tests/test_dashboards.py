@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from exporter.monitoring import dashboards as grafana
+from exporter.monitoring.dashboards.kit import COMPARE
 from tests.support import ROOT
 from tests.support.generated import (
     RULE_FILES,
@@ -101,7 +102,7 @@ def test_the_lint_catches_what_it_should() -> None:
 
 def test_queries_parse_and_name_only_what_exists(tmp_path: Path) -> None:
     all_queries = queries()
-    exprs = [substitute(q.expr, "1m", {grafana.COMPARE: "1w"}) for q in all_queries]
+    exprs = [substitute(q.expr, "1m", {COMPARE: "1w"}) for q in all_queries]
     out = promtool_check_exprs(exprs, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     recorded = {r["record"] for r in rules_of(RULE_FILES[0].read_text())}

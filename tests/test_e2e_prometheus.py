@@ -26,8 +26,8 @@ import pytest
 
 from exporter import metrics
 from exporter.config.load import load_config
-from exporter.monitoring import dashboards as grafana
 from exporter.monitoring import generate
+from exporter.monitoring.dashboards import kit
 from tests.support.generated import queries, rules_of, substitute
 from tests.support.procs import Proc, free_port, http_get, wait_until
 from tests.support.simulator import StartSimulator
@@ -193,7 +193,7 @@ def test_rules_and_dashboards_on_real_prometheus(
     panel_queries = queries(with_dashboards)
     assert len(panel_queries) > 60
     for q in panel_queries:
-        expr = substitute(q.expr, RATE_INTERVAL, {grafana.COMPARE: COMPARE})
+        expr = substitute(q.expr, RATE_INTERVAL, {kit.COMPARE: COMPARE})
         if (why := has_data(prom, expr, start, end)) is not None:
             problems[f"panel {q}"] = why
     assert not problems, json.dumps(problems, indent=1)

@@ -15,7 +15,10 @@ from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError
 from exporter.monitoring import dashboards as grafana
-from exporter.monitoring import rules
+from exporter.monitoring.alertmanager import alertmanager_config
+from exporter.monitoring.alerts import alert_groups
+from exporter.monitoring.recording import recording_groups
+from exporter.monitoring.yamlout import dump_yaml
 
 EXIT_USAGE = 2
 
@@ -34,8 +37,14 @@ AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
 
 def render(config: Config) -> dict[str, str]:
     """Path relative to the output folder -> file text (dashboards under dashboards/)."""
-    files = rules.render(config)
-    files.update({f"dashboards/{name}": text for name, text in grafana.render(config).items()})
+    files = {
+        "rules/recording.yaml": dump_yaml({"groups": recording_groups(config)}),
+        "rules/alerts.yaml": dump_yaml({"groups": alert_groups(config)}),
+        "alertmanager.yaml": dump_yaml(alertmanager_config(config)),
+    }
+    files.update(
+        {f"dashboards/{name}": text for name, text in grafana.render(config).items()}
+    )
     return files
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from exporter.monitoring.rules import dump_yaml
+from exporter.monitoring.yamlout import dump_yaml
 
 NAME = "llm-latency-exporter"
 NAMESPACE = "llm-latency"
@@ -30,8 +30,6 @@ HEADER = (
     " (make generate);\n"
     "# do not edit: change the config or exporter/monitoring/ and regenerate.\n"
 )
-
-
 
 
 def rule_groups(files: Sequence[Path]) -> list[dict[str, Any]]:

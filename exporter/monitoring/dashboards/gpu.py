@@ -1,0 +1,86 @@
+"""The GPU dashboard (NVML): is the GPU busy, bandwidth-bound, hot, throttled or failing?"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as db
+
+from exporter import metrics
+from exporter.config.models import Config
+from exporter.metrics import Family
+from exporter.monitoring.dashboards.kit import (
+    RI,
+    Section,
+    build_dashboard,
+    sel,
+    stat_panel,
+    timeline,
+    ts,
+)
+from exporter.monitoring.promql import pct
+
+
+def gpu(config: Config) -> db.Dashboard:
+    gs = sel("instance", "gpu")
+    g = "GPU {{gpu}}"
+
+    def series(family: Family) -> str:
+        return f"{family.name}{gs}"
+
+    activity = Section("Activity", [
+        ts("Utilization vs memory-controller busy vs DRAM bandwidth",
+           "Kernel-active time (utilization: 1 even for one small kernel), memory-"
+           "controller duty cycle, and achieved DRAM bandwidth over peak (Hopper+). Decode "
+           "is bandwidth-bound: watch the last one.", "percentunit",
+           [(series(metrics.GPU_UTILIZATION), f"{g} utilization"),
+            (series(metrics.GPU_MEMORY_CONTROLLER_BUSY), f"{g} memory busy"),
+            (series(metrics.GPU_DRAM_BANDWIDTH_UTILIZATION), f"{g} DRAM bandwidth")]),
+        ts("SM and tensor activity",
+           "Share of SMs busy, warp occupancy and tensor-core activity (NVML GPM, Hopper+).",
+           "percentunit",
+           [(series(metrics.GPU_SM_ACTIVE), f"{g} SM active"),
+            (series(metrics.GPU_SM_OCCUPANCY), f"{g} occupancy"),
+            (series(metrics.GPU_TENSOR_ACTIVE), f"{g} tensor active")]),
+        ts("Memory bandwidth",
+           "Achieved DRAM bandwidth against the GPU's theoretical peak.", "Bps",
+           [(series(metrics.GPU_MEMORY_BANDWIDTH), f"{g} achieved"),
+            (series(metrics.GPU_MEMORY_BANDWIDTH_PEAK), f"{g} peak")]),
+        ts("PCIe traffic", "PCIe bytes per second into and out of the GPU.", "Bps",
+           [(series(metrics.GPU_PCIE_RX), f"{g} rx"), (series(metrics.GPU_PCIE_TX), f"{g} tx")]),
+    ])
+    memory = Section("Memory, power, clocks", [
+        ts("Memory",
+           "Device memory used and installed. Engines preallocate most of it for the KV "
+           f"cache; above {pct(config.alerting.gpu_memory_ratio)} alerts.", "bytes",
+           [(series(metrics.GPU_MEMORY_USED), f"{g} used"),
+            (series(metrics.GPU_MEMORY_TOTAL), f"{g} total")], span=8),
+        ts("Power", "Board power draw against the enforced power limit.", "watt",
+           [(series(metrics.GPU_POWER), f"{g} draw"),
+            (series(metrics.GPU_POWER_LIMIT), f"{g} limit")], span=8),
+        ts("Temperature", "GPU die temperature.", "celsius",
+           [(series(metrics.GPU_TEMPERATURE), g)], span=8),
+        ts("Clocks", "Current SM and memory clocks; a drop under load is throttling.",
+           "hertz",
+           [(series(metrics.GPU_SM_CLOCK), f"{g} SM"),
+            (series(metrics.GPU_MEMORY_CLOCK), f"{g} memory")]),
+        timeline("Throttle reasons",
+                 "Which clock-event reasons hold the clocks down. power_cap under full load "
+                 f"is normal; {', '.join(config.alerting.throttle_reasons)} alert.", "none",
+                 [(f"max by (gpu, reason) ({metrics.GPU_CLOCK_EVENT.name}{gs})",
+                   f"{g} {{{{reason}}}}")],
+                 {"0": "off", "1": "active"}),
+    ])
+    errors = Section("Errors", [
+        ts("XID errors",
+           "XID critical errors reported by the driver, by XID number, per rate interval.",
+           "short",
+           [(f"sum by (gpu, xid) (increase({metrics.GPU_XID_ERRORS.name}{gs}[{RI}]))",
+             f"{g} XID {{{{xid}}}}")]),
+        stat_panel("GPU up", "1 while the GPU answers NVML; 0 after it fell off the bus.",
+                   "none", (f"min by (gpu) ({series(metrics.GPU_UP)})", g),
+                   [(None, "red"), (1, "green")], span=12, mappings={"0": "lost", "1": "up"}),
+    ])
+    return build_dashboard(
+        "llm-gpu", "LLM latency: GPU",
+        "NVML telemetry: is the GPU busy, bandwidth-bound, hot, throttled or failing?",
+        ("instance", "gpu"), [activity, memory, errors],
+    )

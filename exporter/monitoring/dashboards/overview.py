@@ -1,0 +1,158 @@
+"""The overview: what users feel (probes) against where the time goes (network, queue,
+compute)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from grafana_foundation_sdk.builders import dashboard as db
+
+from exporter import metrics
+from exporter.config.models import AlertingConfig, Config
+from exporter.monitoring import names
+from exporter.monitoring.dashboards.kit import (
+    RI,
+    Section,
+    build_dashboard,
+    engine_shares,
+    mean_of,
+    quantiles,
+    sel,
+    stat_panel,
+    ts,
+)
+from exporter.monitoring.names import RATE
+from exporter.monitoring.promql import human_seconds, num, pct, prom_duration
+
+
+def _last(window: str) -> str:
+    return "the last hour" if window == "1h" else f"the last {window}"
+
+
+def _burn_alerts(burn: Sequence[AlertingConfig.BurnWindow], shown: str) -> str:
+    """Each pair's factor and windows, the long one left out where it is the window shown:
+    'pages at 14.4x (with 5m) and 6x (6h with 30m)'."""
+    pairs = []
+    for w in burn:
+        long, short = prom_duration(w.long), prom_duration(w.short)
+        pairs.append(f"{w.factor:g}x ({'' if long == shown else long + ' '}with {short})")
+    verb = "pages" if all(w.severity == "critical" for w in burn) else "alerts"
+    listed = pairs[0] if len(pairs) == 1 else ", ".join(pairs[:-1]) + " and " + pairs[-1]
+    return f"{verb} at {listed}"
+
+
+def overview(config: Config) -> db.Dashboard:
+    slo = config.slo
+    ps = sel("instance", "probe", "carrier")
+    es = sel("instance", "model")
+    overrides = ", ".join(
+        f"{p.name} {human_seconds(p.slo.ttft_p95_seconds)}"
+        for p in config.probes
+        if p.slo.ttft_p95_seconds is not None
+    )
+    override_text = f" Probes with their own TTFT SLO: {overrides}." if overrides else ""
+    budget = 1 - slo.objective
+    # The stats show the first burn-rate pair's long window; the thresholds are every
+    # pair's factor, the highest red.
+    burn = config.alerting.burn_windows
+    shown = prom_duration(burn[0].long)
+    goodput = names.probe_goodput(shown)
+    factors = sorted(w.factor for w in burn)
+    steps = [(None, "green"), *((f, "orange") for f in factors[:-1]), (factors[-1], "red")]
+    slo_row = Section("Service level (synthetic probes)", [
+        stat_panel(
+            "P95 TTFT",
+            f"P95 time to first token per probe over {RATE}; red above the "
+            f"{human_seconds(slo.ttft_p95_seconds)} SLO.{override_text}",
+            "s",
+            (f"max by (probe) ({names.PROBE_TTFT.p95}{ps})", "{{probe}}"),
+            [(None, "green"), (slo.ttft_p95_seconds, "red")],
+        ),
+        stat_panel(
+            "P95 TPOT",
+            f"P95 time per output token per probe over {RATE}; red above the "
+            f"{human_seconds(slo.tpot_p95_seconds)} SLO.",
+            "s",
+            (f"max by (probe) ({names.PROBE_TPOT.p95}{ps})", "{{probe}}"),
+            [(None, "green"), (slo.tpot_p95_seconds, "red")],
+        ),
+        stat_panel(
+            "Probe success",
+            f"Share of probe requests that ended ok over {RATE}; red below "
+            f"{pct(1 - slo.probe_failure_ratio)}.",
+            "percentunit",
+            (f"min by (probe) ({names.PROBE_SUCCESS_RATIO}{ps})", "{{probe}}"),
+            [(None, "red"), (1 - slo.probe_failure_ratio, "green")],
+        ),
+        stat_panel(
+            f"Goodput ({shown})",
+            f"Share of probe requests over {_last(shown)} that were ok and met their TTFT "
+            f"and TPOT SLO; red below the {pct(slo.objective)} objective.",
+            "percentunit",
+            (f"min by (probe) ({goodput}{ps})", "{{probe}}"),
+            [(None, "red"), (slo.objective, "green")],
+        ),
+        stat_panel(
+            f"Error budget burn ({shown})",
+            f"How many times faster than sustainable {_last(shown)} spent the "
+            f"{pct(budget)} error budget; {_burn_alerts(burn, shown)}.",
+            "none",
+            (f"max by (probe) ((1 - {goodput}{ps}) / {num(budget)})", "{{probe}}"),
+            steps,
+            span=4,
+        ),
+    ])
+    rtt = "network RTT"
+    budget_panel = ts(
+        "Latency budget: network, queue, prefill, decode vs what probes see",
+        "Mean time per request in each stage, stacked: carrier round trip, engine queue, "
+        "prefill and decode. The dashed lines are the probes' mean TTFT and E2E: TTFT "
+        "should sit near RTT + queue + prefill, E2E near the whole stack; a gap is time "
+        "spent outside the engine (proxies, gateway, client). Means, because percentiles "
+        "do not add up.",
+        "s",
+        [
+            (mean_of(metrics.PATH_RTT, sel("instance", "carrier")), rtt),
+            (mean_of(metrics.ENGINE_QUEUE_TIME, es), "engine queue"),
+            (mean_of(metrics.ENGINE_PREFILL_TIME, es), "prefill"),
+            (mean_of(metrics.ENGINE_DECODE_TIME, es), "decode"),
+            (mean_of(metrics.PROBE_TTFT, ps), "probe TTFT (mean)"),
+            (mean_of(metrics.PROBE_E2E, ps), "probe E2E (mean)"),
+        ],
+        span=24,
+        stack=True,
+        lines=("probe TTFT (mean)", "probe E2E (mean)"),
+    )
+    latency_row = Section("Latency budget", [
+        budget_panel,
+        ts("Probe TTFT quantiles",
+           f"P50, P95 and P99 time to first token per probe over {RATE}.",
+           "s", quantiles(names.PROBE_TTFT, ps, "{{probe}}"),
+           threshold=slo.ttft_p95_seconds),
+        ts("Probe TPOT quantiles",
+           f"P50, P95 and P99 time per output token per probe over {RATE}.",
+           "s", quantiles(names.PROBE_TPOT, ps, "{{probe}}"),
+           threshold=slo.tpot_p95_seconds),
+        ts("Probe E2E quantiles",
+           f"P50, P95 and P99 time from request to last token per probe over {RATE}; "
+           f"the SLO is {human_seconds(slo.e2e_p95_seconds)}.",
+           "s", quantiles(names.PROBE_E2E, ps, "{{probe}}"),
+           threshold=slo.e2e_p95_seconds),
+        ts("Engine time: queue, prefill, decode shares",
+           "Share of engine end-to-end time spent queued, in prefill and in decode. A "
+           f"growing queue share (above {pct(config.alerting.queue_share_ratio)} "
+           "alerts) means capacity-bound; prefill and decode dominating while slow means "
+           "compute-bound.",
+           "percentunit", engine_shares(es), stack=True),
+        ts("Probe outcomes",
+           "Probe requests per second by outcome; anything but ok is a failure.",
+           "reqps",
+           [(f"sum by (probe, outcome) (rate({metrics.PROBE_REQUESTS.name}{ps}[{RI}]))",
+             "{{probe}} {{outcome}}")]),
+    ])
+    return build_dashboard(
+        "llm-overview", "LLM latency: overview",
+        "What users feel (probes) against where the time goes (network, queue, compute).",
+        ("instance", "probe", "carrier", "model"), [slo_row, latency_row],
+    )
+

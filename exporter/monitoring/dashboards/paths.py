@@ -1,0 +1,68 @@
+"""The network paths dashboard: per-carrier round trip, loss, jitter and route class from
+the GPU server back to users."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as db
+
+from exporter import metrics
+from exporter.config.models import Config
+from exporter.monitoring import names
+from exporter.monitoring.dashboards.kit import (
+    RI,
+    Section,
+    build_dashboard,
+    heat,
+    quantiles,
+    sel,
+    timeline,
+    ts,
+)
+from exporter.monitoring.names import RATE
+from exporter.monitoring.promql import human_seconds, pct
+
+
+def paths(config: Config) -> db.Dashboard:
+    cs = sel("instance", "carrier")
+    slo = config.slo
+    t = "{{carrier}}/{{target}}"
+    ranks = {str(i): cls for i, cls in enumerate(config.alerting.route_class_order, start=1)}
+    jitter = sel("instance", "carrier", extra=f'method="{metrics.PATH_JITTER_RFC3550}"')
+    rtt = Section("Round trip", [
+        heat("RTT distribution",
+             "Round-trip times of answered probe packets, all selected carriers.",
+             f"sum by (le) (rate({metrics.PATH_RTT.name}_bucket{cs}[{RI}]))", "s"),
+        ts("RTT quantiles",
+           f"P50, P95 and P99 round trip per carrier target over {RATE}.", "s",
+           quantiles(names.PATH_RTT, cs, t)),
+    ])
+    quality = Section("Loss and jitter", [
+        ts("Packet loss",
+           f"Share of probe packets unanswered over {RATE}, from the sent and received "
+           f"counters; the SLO is {pct(slo.loss_ratio)}.", "percentunit",
+           [(f"{names.PATH_LOSS}{cs}", t)], threshold=slo.loss_ratio),
+        ts("Jitter (RFC 3550)",
+           f"Interarrival jitter estimate per carrier target; the SLO is "
+           f"{human_seconds(slo.jitter_seconds)}.", "s",
+           [(f"{metrics.PATH_JITTER.name}{jitter}", t)],
+           threshold=slo.jitter_seconds),
+        ts("Path errors", "Path check errors per second by reason.", "ops",
+           [(f"sum by (carrier, target, reason) "
+             f"(rate({metrics.PATH_ERRORS.name}{cs}[{RI}]))", f"{t} {{{{reason}}}}")]),
+    ])
+    route = Section("Routes", [
+        timeline("Route class",
+                 "Route class of the last traceroute, best classes first in "
+                 "alerting.route_class_order; a move down the list alerts.", "none",
+                 [(f"{names.ROUTE_RANK}{cs}", t)], ranks),
+        ts("Route changes and hops",
+           "Route-class changes per rate interval, and hops to the target.", "short",
+           [(f"sum by (carrier, target) "
+             f"(increase({metrics.PATH_ROUTE_CHANGES.name}{cs}[{RI}]))", f"{t} changes"),
+            (f"max by (carrier, target) ({metrics.PATH_HOP_COUNT.name}{cs})", f"{t} hops")]),
+    ])
+    return build_dashboard(
+        "llm-paths", "LLM latency: network paths",
+        "Per-carrier round trip, loss, jitter and route class from the GPU server back to "
+        "users.", ("instance", "carrier"), [rtt, quality, route],
+    )

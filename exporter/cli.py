@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter import __version__
 from exporter.checks import build_checks
+from exporter.commands import AddParser, Command
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.values import format_duration
@@ -101,8 +102,6 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-Command = Callable[[argparse.Namespace], int]
-AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
 
 
 def _extra_subcommands() -> list[Callable[[AddParser], None]]:

@@ -408,6 +408,24 @@ PROBE_PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 # `engine_target` equals the `target` of that engine's llm_engine_* series.
 PROBE_LABELS = ("probe", "target", "profile", "carrier", "engine_target")
 
+class ProbeOutcome(StrEnum):
+    """Bounded values of ``outcome`` on PROBE_REQUESTS: how one streaming request ended. The
+    stream reader (exporter/probing/stream.py) decides the last five."""
+
+    OK = "ok"
+    TIMEOUT_CONNECT = "timeout_connect"
+    TIMEOUT_FIRST_TOKEN = "timeout_first_token"
+    TIMEOUT_TOTAL = "timeout_total"
+    HTTP_4XX = "http_4xx"
+    HTTP_5XX = "http_5xx"
+    RATE_LIMITED = "rate_limited"
+    CONNECT_ERROR = "connect_error"
+    STREAM_RESET = "stream_reset"
+    STREAM_ERROR = "stream_error"
+    PROTOCOL_ERROR = "protocol_error"
+    EMPTY = "empty"
+
+
 PROBE_REQUESTS = _def(
     "llm_probe_requests_total",
     Kind.COUNTER,

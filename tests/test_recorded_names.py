@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 
 from exporter import metrics
+from exporter.metrics import ProbeOutcome
 from exporter.monitoring import generate, names
 from exporter.monitoring.names import RATE, PeakSeries, Quantiles
 from exporter.monitoring.recording import goodput_windows
-from exporter.probing.stream import Outcome
 from tests.generated import example, rules_of
 
 NAME = re.compile(r"(?P<level>[a-z_]+):(?P<metric>[a-z0-9_]+):(?P<operations>[a-z0-9_]+)")
@@ -57,7 +57,7 @@ _REQUESTS = metrics.PROBE_REQUESTS.base
 _PER_REQUEST = f"_per_{_REQUESTS.rsplit('_', 1)[-1]}"
 #: Metric parts that are no one family: a ratio or a sum of families, spelled from them.
 DERIVED = {
-    f"{_REQUESTS}_{Outcome.OK.value}{_PER_REQUEST}": "ok requests over requests",
+    f"{_REQUESTS}_{ProbeOutcome.OK.value}{_PER_REQUEST}": "ok requests over requests",
     f"{metrics.PROBE_SLO_GOOD.base}{_PER_REQUEST}": "requests within the SLO over requests",
     _packets_lost(): "sent minus received over sent",
     _inference(): "prefill plus decode",

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from exporter.probing.stream import Outcome, StreamReader, StreamResult
+from exporter.metrics import ProbeOutcome
+from exporter.probing.stream import StreamReader, StreamResult
 
 
 def chunk(delta: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def test_basic_stream_timing_and_usage() -> None:
         ],
         start=0.0,
     )
-    assert res.outcome is Outcome.OK
+    assert res.outcome is ProbeOutcome.OK
     assert res.first_event_at == pytest.approx(0.1)
     assert res.ttft == pytest.approx(0.5)  # the role-only chunk does not stop TTFT
     assert res.ttfc == pytest.approx(0.5)
@@ -68,7 +69,7 @@ def test_multi_byte_character_split_across_reads() -> None:
     raw = ev(chunk({"content": "温度"})).encode()
     cut = raw.index("温".encode()) + 1  # inside the three-byte character
     res = read([(1.0, raw[:cut]), (1.5, raw[cut:]), (2.0, ev("[DONE]"))])
-    assert res.outcome is Outcome.OK and res.token_times == [1.5]
+    assert res.outcome is ProbeOutcome.OK and res.token_times == [1.5]
 
 
 def test_several_events_in_one_read_share_the_read_time() -> None:
@@ -83,13 +84,13 @@ def test_several_events_in_one_read_share_the_read_time() -> None:
 @pytest.mark.parametrize("sep", ["\r\n", "\r"])
 def test_crlf_and_cr_line_endings(sep: str) -> None:
     res = read([(1.0, ev(chunk({"content": "x"}), sep=sep)), (2.0, ev("[DONE]", sep=sep))])
-    assert res.outcome is Outcome.OK and res.token_times == [1.0]
+    assert res.outcome is ProbeOutcome.OK and res.token_times == [1.0]
 
 
 def test_cr_only_split_across_reads() -> None:
     # A lone CR ends one read; the next starts with another CR: that is the blank line.
     res = read([(1.0, 'data: {"choices":[{"delta":{"content":"x"}}]}\r'), (2.0, "\r" + ev("[DONE]", sep="\r"))])
-    assert res.outcome is Outcome.OK and res.token_times == [2.0]
+    assert res.outcome is ProbeOutcome.OK and res.token_times == [2.0]
 
 
 def test_crlf_split_between_cr_and_lf() -> None:
@@ -97,7 +98,7 @@ def test_crlf_split_between_cr_and_lf() -> None:
     first = 'data: {"choices":[{"delta":{"content":"x"}}]}\r'
     second = '\n\r\n' + ev("[DONE]")
     res = read([(1.0, first), (2.0, second)])
-    assert res.outcome is Outcome.OK
+    assert res.outcome is ProbeOutcome.OK
     assert res.token_times == [2.0]  # completed by the blank line in the second read
 
 
@@ -110,7 +111,7 @@ def test_data_without_space_and_comments_ignored() -> None:
             (0.5, ": ping\n" + ev("[DONE]", space=False)),
         ]
     )
-    assert res.outcome is Outcome.OK
+    assert res.outcome is ProbeOutcome.OK
     assert res.token_times == [0.4]
 
 
@@ -118,7 +119,7 @@ def test_data_split_over_several_lines_is_joined() -> None:
     body = json.dumps(chunk({"content": "a"}), indent=1).splitlines()
     text = "".join(f"data: {line}\n" for line in body) + "\n" + ev("[DONE]")
     res = read([(1.0, text)])
-    assert res.outcome is Outcome.OK and res.chunks == 1
+    assert res.outcome is ProbeOutcome.OK and res.chunks == 1
 
 
 def test_reasoning_then_content_separates_ttft_and_ttfc() -> None:
@@ -172,23 +173,23 @@ def test_deepseek_cache_hit_naming() -> None:
 def test_usage_only_stream_is_empty() -> None:
     res = read([(0.1, ev(chunk({"role": "assistant", "content": ""}))), (0.2, ev(USAGE)),
                 (0.3, ev("[DONE]"))])
-    assert res.outcome is Outcome.EMPTY and res.ttft is None
+    assert res.outcome is ProbeOutcome.EMPTY and res.ttft is None
 
 
 def test_missing_done_is_a_reset() -> None:
     res = read([(0.1, ev(chunk({"content": "a"})))])
-    assert res.outcome is Outcome.STREAM_RESET and res.ttft == pytest.approx(0.1)
+    assert res.outcome is ProbeOutcome.STREAM_RESET and res.ttft == pytest.approx(0.1)
 
 
 def test_truncated_last_event_is_a_reset_not_a_protocol_error() -> None:
     for tail in ('data: {"choices": [{"del', "da", "event: mess"):
         res = read([(0.1, ev(chunk({"content": "a"})) + tail)])
-        assert res.outcome is Outcome.STREAM_RESET, tail
+        assert res.outcome is ProbeOutcome.STREAM_RESET, tail
 
 
 def test_done_without_final_blank_line_still_counts() -> None:
     res = read([(0.1, ev(chunk({"content": "a"})) + "data: [DONE]\n")])
-    assert res.outcome is Outcome.OK
+    assert res.outcome is ProbeOutcome.OK
 
 
 @pytest.mark.parametrize(
@@ -206,7 +207,7 @@ def test_error_event_fails_the_stream(event: str) -> None:
     assert reader.finished
     reader.feed(ev(chunk({"content": "b"})).encode() + ev("[DONE]").encode(), 0.3)
     res = reader.close()
-    assert res.outcome is Outcome.STREAM_ERROR
+    assert res.outcome is ProbeOutcome.STREAM_ERROR
     assert res.token_times == [0.1]  # nothing after the error counts
     assert res.error is not None and "secret" not in res.error and "boom" not in res.error
 
@@ -228,16 +229,16 @@ def test_error_detail_names_type_and_code() -> None:
 )
 def test_malformed_is_a_protocol_error(data: str) -> None:
     res = read([(0.1, data), (0.2, ev(chunk({"content": "a"})) + ev("[DONE]"))])
-    assert res.outcome is Outcome.PROTOCOL_ERROR and res.protocol_error
+    assert res.outcome is ProbeOutcome.PROTOCOL_ERROR and res.protocol_error
 
 
 def test_invalid_utf8_is_a_protocol_error() -> None:
     res = read([(0.1, b"data: \xff\xfe\n\n")])
-    assert res.outcome is Outcome.PROTOCOL_ERROR
+    assert res.outcome is ProbeOutcome.PROTOCOL_ERROR
 
 
 def test_byte_count_and_data_after_done_ignored() -> None:
     first = ev(chunk({"content": "a"})) + ev("[DONE]")
     res = read([(0.1, first), (0.2, ev(chunk({"content": "late"})))])
-    assert res.token_times == [0.1] and res.outcome is Outcome.OK
+    assert res.token_times == [0.1] and res.outcome is ProbeOutcome.OK
     assert res.bytes_read == len(first.encode()) + len(ev(chunk({"content": "late"})).encode())

@@ -15,13 +15,13 @@ import gc
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from exporter.bench.compare import compare, differences, load_baseline, render_compare
 from exporter.bench.config import DEFAULT_REQUESTS, BenchError, config_from_args
 from exporter.bench.runner import Progress, run_bench
 from exporter.bench.summary import render_summary, report, summarize
+from exporter.commands import AddParser
 from exporter.config.models import SloConfig
 
 EXIT_OK = 0
@@ -96,8 +96,6 @@ def _check_writable(path: str) -> None:
         raise BenchError(f"--json {path}: directory {parent} is not writable")
 
 
-Command = Callable[[argparse.Namespace], int]
-AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
 
 
 def register(add: AddParser) -> None:

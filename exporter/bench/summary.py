@@ -12,8 +12,8 @@ from typing import Any
 from exporter import __version__
 from exporter.bench.config import BenchConfig
 from exporter.bench.runner import RunResult
+from exporter.metrics import ProbeOutcome
 from exporter.probing.request import target_of
-from exporter.probing.stream import Outcome
 
 FORMAT = "llm-latency-exporter-bench/1"
 LATENCIES = ("ttft_s", "ttfc_s", "tpot_s", "itl_s", "e2e_s")
@@ -45,7 +45,7 @@ def summarize(
     records: list[dict[str, Any]], duration: float, slo_ttft: float, slo_tpot: float
 ) -> dict[str, Any]:
     """Percentiles over ok requests (ITL pooled over all their gaps); goodput over all."""
-    ok = [r for r in records if r["outcome"] == Outcome.OK.value]
+    ok = [r for r in records if r["outcome"] == ProbeOutcome.OK.value]
     outcomes = Counter(r["outcome"] for r in records)
     latency: dict[str, Any] = {}
     for key in LATENCIES:
@@ -67,7 +67,7 @@ def summarize(
         "requests": len(records),
         "ok": len(ok),
         "success_ratio": len(ok) / len(records) if records else 0.0,
-        "outcomes": {o.value: outcomes[o.value] for o in Outcome if outcomes[o.value]},
+        "outcomes": {o.value: outcomes[o.value] for o in ProbeOutcome if outcomes[o.value]},
         "request_throughput": per_s(len(ok)),
         "output_token_throughput": per_s(out_tokens),
         "input_token_throughput": per_s(sum(prompt_counts)) if prompt_counts else None,

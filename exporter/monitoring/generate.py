@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
+from exporter.commands import AddParser
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError
@@ -31,8 +31,6 @@ EXAMPLES = """examples:
   promtool check rules monitoring/rules/*.yaml && amtool check-config monitoring/alertmanager.yaml
 """
 
-Command = Callable[[argparse.Namespace], int]
-AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
 
 
 def render(config: Config) -> dict[str, str]:

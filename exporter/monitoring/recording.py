@@ -7,6 +7,7 @@ from typing import Any
 
 from exporter import metrics
 from exporter.config.models import Config
+from exporter.metrics import ProbeOutcome
 from exporter.monitoring import names
 from exporter.monitoring.names import MODEL, PATH, PROBE, RATE, ROUTE, Quantiles
 from exporter.monitoring.promql import (
@@ -20,7 +21,6 @@ from exporter.monitoring.promql import (
     ratio,
 )
 from exporter.monitoring.rule import Rule, group, record
-from exporter.probing.stream import Outcome
 
 
 def quantile_rules(series: Quantiles) -> list[Rule]:
@@ -41,7 +41,7 @@ def probe_recording(config: Config) -> list[Rule]:
              for r in quantile_rules(q)]
     rules.append(record(names.PROBE_STALL_P95, hist_quantile(0.95, PROBE, metrics.PROBE_STALL)))
     requests = metrics.PROBE_REQUESTS.name
-    ok = f'{requests}{{outcome="{Outcome.OK.value}"}}'
+    ok = f'{requests}{{outcome="{ProbeOutcome.OK.value}"}}'
     rules.append(
         record(names.PROBE_SUCCESS_RATIO, f"{rate_sum(PROBE, ok)}\n/\n{rate_sum(PROBE, requests)}")
     )

@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from exporter.metrics import ProbeOutcome
 from exporter.probing.request import RequestResult, RequestSpec, Timeouts
-from exporter.probing.stream import Outcome, StreamReader, StreamResult
+from exporter.probing.stream import StreamReader, StreamResult
 from exporter.probing.timing import (
     CURRENT,
     Arrivals,
@@ -49,14 +50,14 @@ def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
     return ctx
 
 
-def _status_outcome(status: int) -> Outcome:
+def _status_outcome(status: int) -> ProbeOutcome:
     if status == 429:
-        return Outcome.RATE_LIMITED
+        return ProbeOutcome.RATE_LIMITED
     if 400 <= status < 500:
-        return Outcome.HTTP_4XX
+        return ProbeOutcome.HTTP_4XX
     if status >= 500:
-        return Outcome.HTTP_5XX
-    return Outcome.PROTOCOL_ERROR  # 1xx/3xx: not a stream (redirects are not followed)
+        return ProbeOutcome.HTTP_5XX
+    return ProbeOutcome.PROTOCOL_ERROR  # 1xx/3xx: not a stream (redirects are not followed)
 
 
 def _exc_detail(exc: BaseException) -> str:
@@ -121,7 +122,7 @@ class Client:
         token = CURRENT.set(tr)
         reader: StreamReader | None = None
         status: int | None = None
-        outcome: Outcome | None = None
+        outcome: ProbeOutcome | None = None
         detail = ""
         deadline, _ = tr.deadline()
         try:
@@ -148,13 +149,14 @@ class Client:
                 outcome = tr.deadline()[1]
                 detail = f"no {_WAITING[outcome]} within {_limit(timeouts, outcome):g}s"
         except aiohttp.ClientConnectorError as exc:
-            outcome, detail = Outcome.CONNECT_ERROR, _exc_detail(exc)
+            outcome, detail = ProbeOutcome.CONNECT_ERROR, _exc_detail(exc)
         except aiohttp.ClientResponseError as exc:
             # The response did not parse as HTTP (its text is the server's: not quoted).
-            outcome, detail = Outcome.PROTOCOL_ERROR, f"malformed HTTP response ({exc.status})"
+            outcome, detail = ProbeOutcome.PROTOCOL_ERROR, f"malformed HTTP response ({exc.status})"
         except (aiohttp.ClientError, OSError) as exc:
             # Disconnects and resets: before a connection existed it never connected.
-            outcome = Outcome.STREAM_RESET if tr.ready is not None else Outcome.CONNECT_ERROR
+            connected = tr.ready is not None
+            outcome = ProbeOutcome.STREAM_RESET if connected else ProbeOutcome.CONNECT_ERROR
             detail = _exc_detail(exc)
         finally:
             CURRENT.reset(token)
@@ -164,9 +166,9 @@ class Client:
             assert result is not None
             outcome = result.outcome
             detail = _stream_detail(result)
-        elif outcome is Outcome.STREAM_RESET and result is not None and result.outcome in (
-            Outcome.STREAM_ERROR,
-            Outcome.PROTOCOL_ERROR,
+        elif outcome is ProbeOutcome.STREAM_RESET and result is not None and result.outcome in (
+            ProbeOutcome.STREAM_ERROR,
+            ProbeOutcome.PROTOCOL_ERROR,
         ):
             # An error event or garbage, then the server hung up: the earlier cause is news.
             outcome, detail = result.outcome, _stream_detail(result)
@@ -183,7 +185,7 @@ class Client:
 
     async def _read(
         self, resp: aiohttp.ClientResponse, reader: StreamReader, tr: Tracker
-    ) -> tuple[Outcome | None, str]:
+    ) -> tuple[ProbeOutcome | None, str]:
         """Read the body into ``reader``; (None, "") lets the stream decide the outcome."""
         content = resp.content
         arrivals = Arrivals.install(resp)
@@ -195,7 +197,7 @@ class Client:
                 if not data:
                     return None, ""
                 if total + len(data) > self._max_bytes:
-                    return Outcome.PROTOCOL_ERROR, f"response over {self._max_bytes} bytes"
+                    return ProbeOutcome.PROTOCOL_ERROR, f"response over {self._max_bytes} bytes"
                 first = not reader.result.token_times
                 # Each piece carries the time its bytes came off the socket; parsing comes
                 # after, so decoding never delays a timestamp.
@@ -203,7 +205,7 @@ class Client:
                     reader.feed(piece, at)
                 total += len(data)
                 if first and reader.result.token_times:
-                    tr.advance(Outcome.TIMEOUT_TOTAL)
+                    tr.advance(ProbeOutcome.TIMEOUT_TOTAL)
                 if reader.finished:
                     break
             if reader.result.done and not content.at_eof():
@@ -220,27 +222,27 @@ class Client:
 
 
 _WAITING = {
-    Outcome.TIMEOUT_CONNECT: "connection",
-    Outcome.TIMEOUT_FIRST_TOKEN: "first token",
-    Outcome.TIMEOUT_TOTAL: "end of stream",
+    ProbeOutcome.TIMEOUT_CONNECT: "connection",
+    ProbeOutcome.TIMEOUT_FIRST_TOKEN: "first token",
+    ProbeOutcome.TIMEOUT_TOTAL: "end of stream",
 }
 
 
-def _limit(t: Timeouts, outcome: Outcome) -> float:
+def _limit(t: Timeouts, outcome: ProbeOutcome) -> float:
     return {
-        Outcome.TIMEOUT_CONNECT: t.connect,
-        Outcome.TIMEOUT_FIRST_TOKEN: t.first_token,
+        ProbeOutcome.TIMEOUT_CONNECT: t.connect,
+        ProbeOutcome.TIMEOUT_FIRST_TOKEN: t.first_token,
     }.get(outcome, t.total)
 
 
 def _stream_detail(result: StreamResult) -> str:
     outcome = result.outcome
-    if outcome is Outcome.PROTOCOL_ERROR:
+    if outcome is ProbeOutcome.PROTOCOL_ERROR:
         return result.protocol_error or ""
-    if outcome is Outcome.STREAM_ERROR:
+    if outcome is ProbeOutcome.STREAM_ERROR:
         return f"error event in stream ({result.error})"
-    if outcome is Outcome.STREAM_RESET:
+    if outcome is ProbeOutcome.STREAM_RESET:
         return "stream closed before [DONE]"
-    if outcome is Outcome.EMPTY:
+    if outcome is ProbeOutcome.EMPTY:
         return "stream ended without a token"
     return ""

@@ -9,7 +9,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from exporter import __version__
-from exporter.probing.stream import Outcome, StreamResult
+from exporter.metrics import ProbeOutcome
+from exporter.probing.stream import StreamResult
 
 Api = Literal["chat", "completions"]
 Connection = Literal["new", "reused"]
@@ -83,7 +84,7 @@ class RequestSpec:
 
 @dataclass
 class RequestResult:
-    outcome: Outcome
+    outcome: ProbeOutcome
     #: Monotonic time the request was handed to the client (before any connection work).
     issued_at: float
     #: Monotonic time the connection was ready and the request about to be written: the
@@ -98,4 +99,4 @@ class RequestResult:
 
     @property
     def ok(self) -> bool:
-        return self.outcome is Outcome.OK
+        return self.outcome is ProbeOutcome.OK

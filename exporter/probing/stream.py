@@ -27,26 +27,9 @@ import itertools
 import json
 import re
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-
-class Outcome(StrEnum):
-    """How one streaming request ended. The stream reader decides the last five."""
-
-    OK = "ok"
-    TIMEOUT_CONNECT = "timeout_connect"
-    TIMEOUT_FIRST_TOKEN = "timeout_first_token"
-    TIMEOUT_TOTAL = "timeout_total"
-    HTTP_4XX = "http_4xx"
-    HTTP_5XX = "http_5xx"
-    RATE_LIMITED = "rate_limited"
-    CONNECT_ERROR = "connect_error"
-    STREAM_RESET = "stream_reset"
-    STREAM_ERROR = "stream_error"
-    PROTOCOL_ERROR = "protocol_error"
-    EMPTY = "empty"
-
+from exporter.metrics import ProbeOutcome
 
 # SSE line terminators: CRLF, LF or a lone CR. str.splitlines() would also split on
 # U+2028 and friends, which JSON may carry unescaped inside a string.
@@ -143,15 +126,15 @@ class StreamResult:
         return (e2e - ttft) / (n - 1)
 
     @property
-    def outcome(self) -> Outcome:
+    def outcome(self) -> ProbeOutcome:
         """The stream's own verdict, once it has ended (transport errors aside)."""
         if self.protocol_error is not None:
-            return Outcome.PROTOCOL_ERROR
+            return ProbeOutcome.PROTOCOL_ERROR
         if self.error is not None:
-            return Outcome.STREAM_ERROR
+            return ProbeOutcome.STREAM_ERROR
         if not self.done:
-            return Outcome.STREAM_RESET
-        return Outcome.OK if self.token_times else Outcome.EMPTY
+            return ProbeOutcome.STREAM_RESET
+        return ProbeOutcome.OK if self.token_times else ProbeOutcome.EMPTY
 
 
 class StreamReader:

@@ -22,8 +22,8 @@ from typing import Any
 
 import aiohttp
 
+from exporter.metrics import ProbeOutcome
 from exporter.probing.request import Connection, Timeouts
-from exporter.probing.stream import Outcome
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Tracker:
     issued: float
     timeouts: Timeouts
     loop_deadline: asyncio.Timeout | None = None
-    stage: Outcome = Outcome.TIMEOUT_CONNECT
+    stage: ProbeOutcome = ProbeOutcome.TIMEOUT_CONNECT
     queued: tuple[float, float] | None = None
     queued_start: float | None = None
     dns_start: float | None = None
@@ -45,18 +45,18 @@ class Tracker:
     sent: float | None = None
     headers_at: float | None = None
 
-    def deadline(self) -> tuple[float, Outcome]:
+    def deadline(self) -> tuple[float, ProbeOutcome]:
         """The current deadline and the outcome if it passes; the tightest limit wins."""
         t = self.timeouts
-        limits = [(t.total, Outcome.TIMEOUT_TOTAL)]
-        if self.stage in (Outcome.TIMEOUT_CONNECT, Outcome.TIMEOUT_FIRST_TOKEN):
-            limits.append((t.first_token, Outcome.TIMEOUT_FIRST_TOKEN))
-        if self.stage is Outcome.TIMEOUT_CONNECT:
-            limits.append((t.connect, Outcome.TIMEOUT_CONNECT))
+        limits = [(t.total, ProbeOutcome.TIMEOUT_TOTAL)]
+        if self.stage in (ProbeOutcome.TIMEOUT_CONNECT, ProbeOutcome.TIMEOUT_FIRST_TOKEN):
+            limits.append((t.first_token, ProbeOutcome.TIMEOUT_FIRST_TOKEN))
+        if self.stage is ProbeOutcome.TIMEOUT_CONNECT:
+            limits.append((t.connect, ProbeOutcome.TIMEOUT_CONNECT))
         limit, outcome = min(limits, key=lambda x: x[0])
         return self.issued + limit, outcome
 
-    def advance(self, stage: Outcome) -> None:
+    def advance(self, stage: ProbeOutcome) -> None:
         self.stage = stage
         if self.loop_deadline is not None:
             self.loop_deadline.reschedule(self.deadline()[0])
@@ -65,7 +65,7 @@ class Tracker:
         if self.ready is None:
             self.ready = time.monotonic()
             self.connection = connection
-            self.advance(Outcome.TIMEOUT_FIRST_TOKEN)
+            self.advance(ProbeOutcome.TIMEOUT_FIRST_TOKEN)
 
     def phases(self) -> dict[str, float]:
         out: dict[str, float] = {}

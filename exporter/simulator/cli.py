@@ -8,9 +8,9 @@ import errno
 import signal
 import sys
 import textwrap
-from collections.abc import Callable
 
 from exporter.checks.engine.table import FORMATS
+from exporter.commands import AddParser
 from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import DESCRIPTIONS, FaultError, Faults, parse_assignments
 from exporter.simulator.server import serve
@@ -54,8 +54,6 @@ its latencies come from a queueing and batching model (docs/simulator.md).
 """
 )
 
-Command = Callable[[argparse.Namespace], int]
-AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
 
 
 def register(add: AddParser) -> None:

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from exporter import metrics
 from exporter.checks.base import Check
 from exporter.config.models import Config, ProbeConfig, SloConfig
+from exporter.metrics import ProbeOutcome
 from exporter.probing.client import Client
 from exporter.probing.prompts import nonce, probe_max_tokens, probe_prompt
 from exporter.probing.request import (
@@ -29,7 +30,6 @@ from exporter.probing.request import (
     endpoint_url,
     target_of,
 )
-from exporter.probing.stream import Outcome
 
 #: Longest a probe waits for its endpoint's gate before giving up on this run (the run then
 #: fails as "endpoint busy" and no request is counted: the endpoint did nothing wrong).
@@ -133,7 +133,7 @@ class ProbeCheck(Check):
             cfg.name, self.endpoint, cfg.profile, cfg.carrier or "", cfg.engine or ""
         )
         # Every outcome exists from the start, so rate() and goodput ratios work at once.
-        for outcome in Outcome:
+        for outcome in ProbeOutcome:
             m.requests.labels(*self._labels, outcome.value)
         m.slo_good.labels(*self._labels)
         self._client = Client(max_response_bytes=cfg.max_response_bytes, ca_file=cfg.ca_file)

@@ -1,0 +1,12 @@
+"""The contract between the command-line parser and subcommands that register beside their
+code: each such module has ``register(add: AddParser)`` and returns an exit status."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+#: A subcommand's function: parsed flags in, exit status out.
+Command = Callable[[argparse.Namespace], int]
+#: ``add(name, command, help, epilog)`` -> the subcommand's parser, for its flags.
+AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]

@@ -95,6 +95,8 @@ def test_nothing_reads_outside_the_repository() -> None:
     offenders = []
     for folder in ("exporter", "tests", "benchmarks"):
         for path in (ROOT / folder).rglob("*.py"):
+            if path == Path(__file__):
+                continue
             text = path.read_text()
             if '"shared"' in text or "parent.parent.parent" in text or "../shared" in text:
                 offenders.append(str(path.relative_to(ROOT)))

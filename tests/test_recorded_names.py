@@ -14,7 +14,7 @@ from exporter.metrics import ProbeOutcome
 from exporter.monitoring import generate, names
 from exporter.monitoring.names import RATE, PeakSeries, Quantiles
 from exporter.monitoring.recording import goodput_windows
-from tests.generated import example, rules_of
+from tests.support.generated import example, rules_of
 
 NAME = re.compile(r"(?P<level>[a-z_]+):(?P<metric>[a-z0-9_]+):(?P<operations>[a-z0-9_]+)")
 LEVELS = {level.name for level in (names.PROBE, names.MODEL, names.PATH, names.ROUTE)}

@@ -197,3 +197,13 @@ def require_unique(names: list[str], what: str) -> None:
             )
         seen.add(name)
 
+
+class PeakWindow(StrictModel):
+    start: TimeOfDay
+    end: TimeOfDay
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> PeakWindow:
+        if self.start == self.end:
+            raise PydanticCustomError("window", "start and end are equal: the window is empty")
+        return self

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.config.models import Config, PeakWindow
+from exporter.config.models import Config
+from exporter.config.values import PeakWindow
 
 #: Cause -> symptoms it mutes, and the label both must share. Loss on a carrier explains
 #: slow first tokens of probes crossing it (and its path checks failing); a down engine

@@ -7,7 +7,7 @@ import textwrap
 from collections.abc import Iterable
 
 from exporter import metrics
-from exporter.config.models import PeakWindow
+from exporter.config.values import PeakWindow
 from exporter.metrics import Family
 from exporter.monitoring.names import RATE, SCRAPE, Level
 

@@ -15,7 +15,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import metrics
-from exporter.config.models import PeakWindow, PeakWindowsConfig
+from exporter.config.models import PeakWindowsConfig
+from exporter.config.values import PeakWindow
 
 
 def in_window(window: PeakWindow, local: dt.time) -> bool:

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from grafana_foundation_sdk.builders import dashboard as db
 
 from exporter import metrics
-from exporter.config.models import AlertingConfig, Config
+from exporter.config.models import Config
+from exporter.config.policy import AlertingConfig
 from exporter.monitoring import names
 from exporter.monitoring.dashboards.kit import (
     RI,

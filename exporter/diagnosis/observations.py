@@ -1,0 +1,139 @@
+"""What the decision chain reads: one window of every layer's numbers, source-independent.
+
+Both sources fill these: the embedded one from the exporter's own rolling windows, the
+Prometheus one from PromQL over the recording rules. A value a source cannot give is None
+(never 0): the chain then concludes ``no_data`` for what needed it, never a guess. Baselines
+are the same statistic over the off-peak hours of the history (peak_windows), None until the
+history holds enough of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Source = Literal["exporter", "prometheus"]
+
+
+@dataclass(frozen=True)
+class ProbeWindow:
+    """One synthetic probe (per vantage point) over the window."""
+
+    probe: str
+    target: str
+    profile: str  # short | long_context | cached
+    carrier: str = ""  # the probe's carrier tag, "" when untagged
+    engine: str = ""  # the engine config name the probe is linked to, "" when unlinked
+    vantage: str = ""  # the vantage point / site labels of a fleet, "" for the local exporter
+    site: str = ""
+    #: Finished requests in the window, and their count by ProbeOutcome value.
+    requests: int = 0
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+    ttft_p95: float | None = None
+    tpot_p95: float | None = None
+    itl_p99: float | None = None
+    #: Gaps between tokens longer than the stall threshold (llm_probe_stall_seconds count).
+    stalls: int = 0
+    #: P95 of DNS + connect + TLS on requests that opened a new connection.
+    connect_p95: float | None = None
+    prompt_tokens_mean: float | None = None
+    ttft_p95_baseline: float | None = None
+    tpot_p95_baseline: float | None = None
+    prompt_tokens_baseline: float | None = None
+    #: The probe's SLO after per-probe overrides.
+    slo_ttft: float = 1.0
+    slo_tpot: float = 0.1
+    #: Client timeout of the whole request, to tell timeouts set too short.
+    timeout_total: float | None = None
+
+
+@dataclass(frozen=True)
+class PathWindow:
+    """One carrier's path to one target over the window."""
+
+    carrier: str
+    target: str
+    region: str = ""
+    protocol: str = "icmp"
+    vantage: str = ""
+    site: str = ""
+    sent: int = 0
+    lost: int = 0
+    rtt_mean: float | None = None
+    jitter: float | None = None  # the RFC 3550 estimate, seconds
+    loss_baseline: float | None = None  # off-peak loss ratio
+    rtt_baseline: float | None = None  # off-peak mean RTT
+    #: True while local time is inside a configured peak window.
+    in_peak: bool = False
+    route_class: str | None = None
+    #: The best class this target had over the history (by alerting.route_class_order).
+    best_route_class: str | None = None
+    route_changes: int = 0
+
+    @property
+    def loss(self) -> float | None:
+        return self.lost / self.sent if self.sent else None
+
+
+@dataclass(frozen=True)
+class EngineWindow:
+    """One engine target over the window (data-parallel ranks and models summed)."""
+
+    engine: str
+    target: str = ""
+    site: str = ""
+    #: llm_engine_up at the end of the window; None when the engine check is not running.
+    up: bool | None = None
+    requests: float = 0.0  # finished requests in the window
+    queue_seconds: float | None = None  # summed over the window's requests
+    prefill_seconds: float | None = None
+    decode_seconds: float | None = None
+    ttft_p95: float | None = None  # the engine's own TTFT
+    itl_p95: float | None = None  # the engine's own inter-token latency
+    running: float | None = None
+    waiting: float | None = None
+    #: The most requests seen running at once in the history: the batch limit in practice.
+    running_max: float | None = None
+    kv_cache_usage: float | None = None
+    preemptions: float = 0.0
+    prompt_tokens_mean: float | None = None
+    prompt_tokens_baseline: float | None = None
+    request_rate: float | None = None  # requests per second
+    request_rate_baseline: float | None = None
+
+    @property
+    def engine_seconds(self) -> float | None:
+        parts = (self.queue_seconds, self.prefill_seconds, self.decode_seconds)
+        if any(p is None for p in parts):
+            return None
+        return sum(p for p in parts if p is not None)
+
+
+@dataclass(frozen=True)
+class GpuWindow:
+    """One GPU over the window."""
+
+    gpu: str
+    name: str = ""
+    site: str = ""
+    utilization: float | None = None  # mean ratio
+    memory_used_ratio: float | None = None
+    #: Clock-event reasons active in the window (metrics.GPU_CLOCK_EVENT_REASONS values).
+    clock_events: tuple[str, ...] = ()
+    xid_errors: int = 0
+    dram_bandwidth_utilization: float | None = None
+
+
+@dataclass(frozen=True)
+class Observations:
+    at: dt.datetime
+    window: float  # seconds
+    source: Source
+    probes: tuple[ProbeWindow, ...] = ()
+    paths: tuple[PathWindow, ...] = ()
+    engines: tuple[EngineWindow, ...] = ()
+    gpus: tuple[GpuWindow, ...] = ()
+    #: Checks configured but failing or never run in the window ("engine/main", "gpu/nvml").
+    failing_checks: tuple[str, ...] = ()

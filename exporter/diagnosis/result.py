@@ -1,0 +1,127 @@
+"""The chain's output and its JSON contract (``schema.json`` beside this file, version v1).
+
+Layers and causes are a fixed, documented vocabulary (docs/diagnosis.md); the chain may only
+conclude one of these.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SCHEMA_ID = "llm-latency-diagnosis/v1"
+
+Status = Literal["healthy", "degraded", "failing", "unknown"]
+StepName = Literal["symptom", "network", "engine", "gpu", "application"]
+StepResult = Literal["implicated", "ruled_out", "no_data"]
+Symptom = Literal["ttft", "tpot", "failures", "long_context"]
+
+#: The chain's steps, in the order the field guides fix.
+STEPS: tuple[StepName, ...] = ("symptom", "network", "engine", "gpu", "application")
+
+#: layer -> the causes it may conclude. "exporter" / "no_data": the checks needed to decide
+#: are failing or absent.
+CAUSES: Mapping[str, tuple[str, ...]] = {
+    "network": (
+        "packet_loss",
+        "jitter",
+        "rtt_floor",
+        "route_change",
+        "peak_congestion",
+        "connection_setup",
+        "stream_stalls",
+    ),
+    "engine": ("down", "queueing", "slow_prefill", "slow_decode", "kv_cache_pressure"),
+    "gpu": ("throttling", "memory_full", "xid_errors", "underutilized", "memory_bandwidth"),
+    "application": ("long_prompts", "rate_limited", "client_concurrency", "client_timeouts"),
+    "exporter": ("no_data",),
+}
+LAYERS: tuple[str, ...] = tuple(CAUSES)
+#: Keys of a verdict's scope, in the order the text and the metric labels use.
+SCOPE_KEYS = ("carrier", "target", "probe", "engine", "gpu")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    metric: str
+    value: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+    threshold: float | None = None
+    baseline: float | None = None
+    window: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "labels": dict(self.labels),
+            "value": self.value,
+            "threshold": self.threshold,
+            "baseline": self.baseline,
+            "window": self.window,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    layer: str
+    cause: str
+    scope: Mapping[str, str]
+    symptoms: tuple[Symptom, ...]
+    confidence: float
+    summary: str
+    evidence: tuple[Evidence, ...] = ()
+    actions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        assert self.cause in CAUSES.get(self.layer, ()), (self.layer, self.cause)
+        assert set(self.scope) <= set(SCOPE_KEYS), self.scope
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layer": self.layer,
+            "cause": self.cause,
+            "scope": {k: self.scope[k] for k in SCOPE_KEYS if self.scope.get(k)},
+            "symptoms": list(self.symptoms),
+            "confidence": round(self.confidence, 3),
+            "summary": self.summary,
+            "evidence": [e.to_json() for e in self.evidence],
+            "actions": list(self.actions),
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    step: StepName
+    result: StepResult
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "result": self.result,
+            "evidence": [e.to_json() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    at: dt.datetime
+    window: str
+    source: str
+    status: Status
+    #: Primary first, then the secondary ones in chain order; empty when healthy.
+    verdicts: tuple[Verdict, ...]
+    steps: tuple[Step, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_ID,
+            "at": self.at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
+            "window": self.window,
+            "source": self.source,
+            "status": self.status,
+            "verdicts": [v.to_json() for v in self.verdicts],
+            "steps": [s.to_json() for s in self.steps],
+        }

@@ -7,7 +7,7 @@ end in ``_total``, absent-not-zero for anything a source does not provide.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -849,4 +849,51 @@ PATH_ROUTE_CHANGES = _def(
     "change); each is logged with the old and new class.",
     ROUTE_LABELS,
     section="path",
+)
+
+# --- diagnosis ---------------------------------------------------------------------------
+# Written by the exporter's embedded evaluation of the decision chain (exporter/diagnosis/).
+
+#: Bounded values of ``status`` on DIAGNOSIS_STATUS.
+DIAGNOSIS_STATUSES = ("healthy", "degraded", "failing", "unknown")
+#: layer -> the causes it may conclude. "exporter" / "no_data": the checks needed to decide
+#: are failing or absent.
+DIAGNOSIS_CAUSES: Mapping[str, tuple[str, ...]] = {
+    "network": (
+        "packet_loss",
+        "jitter",
+        "rtt_floor",
+        "route_change",
+        "peak_congestion",
+        "connection_setup",
+        "stream_stalls",
+    ),
+    "engine": ("down", "queueing", "slow_prefill", "slow_decode", "kv_cache_pressure"),
+    "gpu": ("throttling", "memory_full", "xid_errors", "underutilized", "memory_bandwidth"),
+    "application": ("long_prompts", "rate_limited", "client_concurrency", "client_timeouts"),
+    "exporter": ("no_data",),
+}
+DIAGNOSIS_VERDICT_LABELS = ("layer", "cause", "carrier", "probe", "engine")
+
+DIAGNOSIS_VERDICT = _def(
+    "llm_diagnosis_verdict",
+    Kind.GAUGE,
+    "1 while the decision chain names this cause, 2 while it is the primary verdict; absent "
+    "otherwise. Scope labels are empty where the verdict has no such scope.",
+    DIAGNOSIS_VERDICT_LABELS,
+    section="diagnosis",
+)
+DIAGNOSIS_STATUS = _def(
+    "llm_diagnosis_status",
+    Kind.GAUGE,
+    "1 for the current status of the last evaluation (" + ", ".join(DIAGNOSIS_STATUSES)
+    + "), 0 for the others.",
+    ("status",),
+    section="diagnosis",
+)
+DIAGNOSIS_EVALUATIONS = _def(
+    "llm_diagnosis_evaluations_total",
+    Kind.COUNTER,
+    "Evaluations of the decision chain over the embedded windows.",
+    section="diagnosis",
 )

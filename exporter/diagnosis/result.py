@@ -9,11 +9,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from exporter import metrics
 
 SCHEMA_ID = "llm-latency-diagnosis/v1"
 
 Status = Literal["healthy", "degraded", "failing", "unknown"]
+assert get_args(Status) == metrics.DIAGNOSIS_STATUSES
 StepName = Literal["symptom", "network", "engine", "gpu", "application"]
 StepResult = Literal["implicated", "ruled_out", "no_data"]
 Symptom = Literal["ttft", "tpot", "failures", "long_context"]
@@ -21,23 +24,7 @@ Symptom = Literal["ttft", "tpot", "failures", "long_context"]
 #: The chain's steps, in the order the field guides fix.
 STEPS: tuple[StepName, ...] = ("symptom", "network", "engine", "gpu", "application")
 
-#: layer -> the causes it may conclude. "exporter" / "no_data": the checks needed to decide
-#: are failing or absent.
-CAUSES: Mapping[str, tuple[str, ...]] = {
-    "network": (
-        "packet_loss",
-        "jitter",
-        "rtt_floor",
-        "route_change",
-        "peak_congestion",
-        "connection_setup",
-        "stream_stalls",
-    ),
-    "engine": ("down", "queueing", "slow_prefill", "slow_decode", "kv_cache_pressure"),
-    "gpu": ("throttling", "memory_full", "xid_errors", "underutilized", "memory_bandwidth"),
-    "application": ("long_prompts", "rate_limited", "client_concurrency", "client_timeouts"),
-    "exporter": ("no_data",),
-}
+CAUSES = metrics.DIAGNOSIS_CAUSES
 LAYERS: tuple[str, ...] = tuple(CAUSES)
 #: Keys of a verdict's scope, in the order the text and the metric labels use.
 SCOPE_KEYS = ("carrier", "target", "probe", "engine", "gpu")

@@ -13,20 +13,23 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 
 from exporter import __version__
 from exporter.checks import build_checks
 from exporter.commands import AddParser, Command
 from exporter.config.load import load_config
-from exporter.config.models import Config
-from exporter.config.values import format_duration
+from exporter.config.models import Config, ServerConfig
+from exporter.config.values import format_duration, secret_refs
 from exporter.config.yamlfile import ConfigError
 
 EXIT_USAGE = 2
 _T = TypeVar("_T")
 
 RUN_EXAMPLES = """examples:
-  llm-latency-exporter run --config /etc/llm-latency-exporter/config.yaml
+  llm-latency-exporter run --config.file /etc/llm-latency-exporter/config.yaml
+  llm-latency-exporter run --config.file config.yaml --web.listen-address 127.0.0.1:9400 \\
+      --log.level debug                      # flags override the server section
   llm-latency-exporter                       # same as: run --config ./config.yaml
   kill -HUP $(pidof llm-latency-exporter)    # re-read the config; a bad one is logged and ignored
 """
@@ -49,12 +52,41 @@ def _or_exit(step: Callable[[], _T]) -> _T:
         raise SystemExit(EXIT_USAGE) from None
 
 
+def _flag_overrides(args: argparse.Namespace) -> Callable[[Config], Config]:
+    """node_exporter-style flags win over the file, on every (re)load of it."""
+    server = {
+        key: value
+        for key, value in (
+            ("listen_address", args.web_listen_address),
+            ("log_level", args.log_level),
+            ("log_format", args.log_format),
+        )
+        if value is not None
+    }
+
+    def apply(config: Config) -> Config:
+        if not server:
+            return config
+        try:
+            merged = ServerConfig.model_validate({**config.server.model_dump(), **server})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            flag = "--" + {"listen_address": "web.listen-address"}.get(
+                str(err["loc"][0]), str(err["loc"][0]).replace("_", ".")
+            )
+            raise ConfigError([f"{flag}: {err['msg'].removeprefix('Value error, ')}"]) from None
+        return config.model_copy(update={"server": merged})
+
+    return apply
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from exporter.runtime.app import App
     from exporter.runtime.logs import setup_logging
 
-    config = _or_exit(lambda: load_config(args.config))
-    app = _or_exit(lambda: App(config, args.config))
+    overrides = _flag_overrides(args)
+    config = _or_exit(lambda: overrides(load_config(args.config)))
+    app = _or_exit(lambda: App(config, args.config, adjust=overrides))
     setup_logging(config.server.log_format, config.server.log_level)
     try:
         asyncio.run(app.serve())
@@ -97,7 +129,14 @@ def summarize(config: Config, path: str) -> str:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = _or_exit(lambda: load_config(args.file))
+    # Like promtool's: syntax and semantics. A secret this shell cannot read is a warning
+    # here (the file may be checked on a build machine); run refuses to start without it.
+    config = _or_exit(lambda: load_config(args.file, resolve_secrets=False))
+    for path, ref in secret_refs(config):
+        problem = ref.problem()
+        if problem:
+            print(f"warning: {config.where(*path)}: {problem}; run refuses to start without it",
+                  file=sys.stderr)
     print(_or_exit(lambda: summarize(config, args.file)))
     return 0
 
@@ -139,7 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
         register(add)
 
     run = add("run", cmd_run, "run the exporter", RUN_EXAMPLES)
-    run.add_argument("--config", default="config.yaml", help="config file (default: %(default)s)")
+    run.add_argument("--config.file", "--config", dest="config", default="config.yaml",
+                     help="config file (default: %(default)s)")
+    run.add_argument("--web.listen-address", dest="web_listen_address", metavar="HOST:PORT",
+                     help="overrides server.listen_address")
+    run.add_argument("--log.level", dest="log_level", choices=("debug", "info", "warning", "error"),
+                     help="overrides server.log_level")
+    run.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"),
+                     help="overrides server.log_format")
     check = add("check-config", cmd_check_config, "validate a config and summarize it",
                 CHECK_EXAMPLES)
     check.add_argument("file", help="config file to validate")

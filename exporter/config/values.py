@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -144,7 +144,11 @@ class SecretRef(StrictModel):
         if (self.env is None) == (self.file is None):
             raise PydanticCustomError("secret_ref", "give exactly one of env: NAME or file: PATH")
         if isinstance(info.context, dict) and not info.context.get(RESOLVE_SECRETS, True):
-            return self  # generate reads thresholds only; it needs no secret to exist here
+            return self  # generate and check-config read the rest; no secret needs to exist
+        self._value = SecretStr(self._read())
+        return self
+
+    def _read(self) -> str:
         if self.env is not None:
             value = os.environ.get(self.env)
             if value is None:
@@ -163,8 +167,16 @@ class SecretRef(StrictModel):
                 ) from None
         if not value:
             raise PydanticCustomError("secret_empty", "the referenced secret is empty")
-        self._value = SecretStr(value)
-        return self
+        return value
+
+    def problem(self) -> str | None:
+        """Why ``run`` could not read this secret here and now, or None; reads nothing into
+        the model (check-config reports it as a warning)."""
+        try:
+            self._read()
+        except PydanticCustomError as exc:
+            return exc.message()
+        return None
 
     def value(self) -> str:
         return self._value.get_secret_value()
@@ -207,3 +219,27 @@ class PeakWindow(StrictModel):
         if self.start == self.end:
             raise PydanticCustomError("window", "start and end are equal: the window is empty")
         return self
+
+
+def secret_refs(model: BaseModel, path: tuple[str | int, ...] = ()) -> Iterator[
+    tuple[tuple[str | int, ...], SecretRef]
+]:
+    """Every secret reference in a config tree, with its YAML path."""
+    for name in type(model).model_fields:
+        yield from _refs_in(getattr(model, name), (*path, name))
+
+
+def _refs_in(value: Any, path: tuple[str | int, ...]) -> Iterator[
+    tuple[tuple[str | int, ...], SecretRef]
+]:
+    if isinstance(value, SecretRef):
+        yield path, value
+    elif isinstance(value, BaseModel):
+        yield from secret_refs(value, path)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _refs_in(item, (*path, i))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _refs_in(item, (*path, key))
+

@@ -18,7 +18,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    disable_created_metrics,
+)
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
@@ -33,6 +39,10 @@ from exporter.runtime.scheduler import CheckState, Scheduler
 from exporter.runtime.server import make_web_app
 
 log = logging.getLogger("exporter")
+
+# A `_created` series per counter and histogram doubles the text exposition for nothing
+# Prometheus reads from it (it uses them from OpenMetrics only, and counts resets anyway).
+disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
 
 #: /-/ready turns true after this long even if a check has not finished its first run.
 READY_AFTER = 30.0
@@ -69,10 +79,15 @@ class App:
         config: Config,
         config_path: str,
         clock: Callable[[], float] = time.time,
+        adjust: Callable[[Config], Config] = lambda config: config,
     ) -> None:
         self.config_path = config_path
+        self._adjust = adjust
         self.gen = build_generation(config)
         self.registry = CollectorRegistry(auto_describe=False)
+        # process_* (CPU, RSS, open fds) and python_* as every exporter serves them.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(collector)
         metrics.EXPORTER_BUILD_INFO.gauge(self.registry).labels(
             __version__, platform.python_version()
         ).set(1)
@@ -143,7 +158,7 @@ class App:
         """Re-read the config file; keep the old generation if the new one is invalid."""
         async with self._reload_lock:
             try:
-                config = load_config(self.config_path)
+                config = self._adjust(load_config(self.config_path))
                 new = build_generation(config)
             except ConfigError as exc:
                 for message in exc.messages:

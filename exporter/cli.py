@@ -52,6 +52,17 @@ def _or_exit(step: Callable[[], _T]) -> _T:
         raise SystemExit(EXIT_USAGE) from None
 
 
+def require_checks(config: Config, allow_empty: bool) -> Config:
+    """An empty or truncated file must not pass for "nothing to do": the exporter would
+    serve no checks and say Ready, and a reload would silently drop every check."""
+    if not allow_empty and not build_checks(config, CollectorRegistry(auto_describe=False)):
+        raise ConfigError([
+            f"{config.where()}: configures no checks (engines, probes, paths or gpu);"
+            " pass --allow-empty if that is intended"
+        ])
+    return config
+
+
 def _flag_overrides(args: argparse.Namespace) -> Callable[[Config], Config]:
     """node_exporter-style flags win over the file, on every (re)load of it."""
     server = {
@@ -65,6 +76,7 @@ def _flag_overrides(args: argparse.Namespace) -> Callable[[Config], Config]:
     }
 
     def apply(config: Config) -> Config:
+        require_checks(config, args.allow_empty)
         if not server:
             return config
         try:
@@ -131,7 +143,9 @@ def summarize(config: Config, path: str) -> str:
 def cmd_check_config(args: argparse.Namespace) -> int:
     # Like promtool's: syntax and semantics. A secret this shell cannot read is a warning
     # here (the file may be checked on a build machine); run refuses to start without it.
-    config = _or_exit(lambda: load_config(args.file, resolve_secrets=False))
+    config = _or_exit(
+        lambda: require_checks(load_config(args.file, resolve_secrets=False), args.allow_empty)
+    )
     for path, ref in secret_refs(config):
         problem = ref.problem()
         if problem:
@@ -189,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = add("check-config", cmd_check_config, "validate a config and summarize it",
                 CHECK_EXAMPLES)
     check.add_argument("file", help="config file to validate")
+    for p in (run, check):
+        p.add_argument("--allow-empty", action="store_true",
+                       help="accept a config that configures no checks")
     return parser
 
 

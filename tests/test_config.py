@@ -218,7 +218,8 @@ def test_check_config_summary(tmp_path: Path) -> None:
         tmp_path,
         "server: {listen_address: '127.0.0.1:9999'}\n"
         "peak_windows: {timezone: Europe/Berlin, windows: {evening: {start: '19:00', end: '22:30'},"
-        " night: {start: '23:00', end: '01:00'}}}\n",
+        " night: {start: '23:00', end: '01:00'}}}\n"
+        "gpu: {interval: 2s}\n",
     )
     assert proc.returncode == 0, proc.stderr
     assert "valid" in proc.stdout

@@ -77,7 +77,7 @@ def test_sigterm_exits_cleanly_within_5s(tmp_path: Path, spawn: Callable[..., Pr
     port = free_port()
     cfg = tmp_path / "config.yaml"
     write(cfg, port, "")
-    proc = spawn(exporter_cmd("--config", str(cfg)))  # bare invocation means run
+    proc = spawn(exporter_cmd("--config", str(cfg), "--allow-empty"))  # bare: run
     wait_until(lambda: http_get(f"http://127.0.0.1:{port}/-/healthy")[0] == 200, what="healthy")
     t0 = time.monotonic()
     proc.signal(signal.SIGTERM)
@@ -94,7 +94,7 @@ def test_port_in_use_is_a_one_line_error(tmp_path: Path, spawn: Callable[..., Pr
         port = holder.getsockname()[1]
         cfg = tmp_path / "config.yaml"
         write(cfg, port, "")
-        proc = spawn(exporter_cmd("run", "--config", str(cfg)))
+        proc = spawn(exporter_cmd("run", "--config", str(cfg), "--allow-empty"))
         proc.popen.wait(30)
         assert proc.popen.returncode == 2
         out = proc.output()
@@ -108,7 +108,7 @@ def test_logs_are_logfmt_or_json(tmp_path: Path, spawn: Callable[..., Proc]) -> 
         port = free_port()
         cfg = tmp_path / f"{fmt}.yaml"
         cfg.write_text(f"server: {{listen_address: '127.0.0.1:{port}', log_format: {fmt}}}\n")
-        proc = spawn(exporter_cmd("run", "--config", str(cfg)))
+        proc = spawn(exporter_cmd("run", "--config", str(cfg), "--allow-empty"))
         wait_until(lambda p=proc: "exporter started" in p.output(), what="start log")  # type: ignore[misc]
         line = next(x for x in proc.output().splitlines() if "exporter started" in x)
         if fmt == "json":

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from exporter.config.files import FileProblem, read_text
 from exporter.config.models import Config, PathsInclude
 from exporter.config.values import RESOLVE_SECRETS
 from exporter.config.yamlfile import ConfigError, YamlPath, compose_named, validate
@@ -15,9 +16,9 @@ def load_config(path: str | os.PathLike[str], resolve_secrets: bool = True) -> C
     """Read and validate ``path``; raise ConfigError with one line per problem."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"{name}: cannot read config: {exc.strerror or exc}"]) from None
+        text = read_text(path)
+    except FileProblem as exc:
+        raise ConfigError([f"{name}: cannot read config: {exc}"]) from None
     return parse_config(text, name, resolve_secrets)
 
 
@@ -50,11 +51,11 @@ def _paths_files(data: dict[str, Any], lines: dict[YamlPath, int], name: str) ->
         return  # absent, or a wrong type the model reports
     origin = f"included by {name} line {lines.get(('paths', 'include'))}"
     try:
-        text = Path(include).read_text(encoding="utf-8")
-    except OSError as exc:
+        text = read_text(include)
+    except FileProblem as exc:
         line = lines.get(("paths", "include"))
         raise ConfigError(
-            [f"{name}: paths.include (line {line}): cannot read {include}: {exc.strerror or exc}"]
+            [f"{name}: paths.include (line {line}): cannot read {include}: {exc}"]
         ) from None
     try:
         inc_data, inc_lines = compose_named(text, include)

@@ -270,6 +270,8 @@ class Config(StrictModel):
         """``file: paths.route_table (line 12)``: the prefix of a problem found by a check
         in a file this config names (checks read such files when they are built)."""
         name, lines = self._source
+        if not path:
+            return name
         line = line_of(path, lines)
         return f"{name}: {format_path(path)}" + (f" (line {line})" if line else "")
 

@@ -10,7 +10,6 @@ import datetime as dt
 import os
 import re
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -25,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from exporter.config.files import MAX_SECRET_BYTES, FileProblem, read_text
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -144,7 +145,16 @@ class SecretRef(StrictModel):
         if (self.env is None) == (self.file is None):
             raise PydanticCustomError("secret_ref", "give exactly one of env: NAME or file: PATH")
         if isinstance(info.context, dict) and not info.context.get(RESOLVE_SECRETS, True):
-            return self  # generate and check-config read the rest; no secret needs to exist
+            # generate and check-config need no secret to exist here; but a reference to a
+            # device or a FIFO is wrong wherever it is read, so it stays an error.
+            if self.file is not None and os.path.exists(self.file) and not os.path.isfile(
+                self.file
+            ):
+                raise PydanticCustomError(
+                    "secret_file", "cannot read secret file {path}: not a regular file",
+                    {"path": self.file},
+                )
+            return self
         self._value = SecretStr(self._read())
         return self
 
@@ -158,12 +168,12 @@ class SecretRef(StrictModel):
         else:
             assert self.file is not None
             try:
-                value = Path(self.file).read_text().strip()
-            except OSError as exc:
+                value = read_text(self.file, MAX_SECRET_BYTES).strip()
+            except FileProblem as exc:
                 raise PydanticCustomError(
                     "secret_file",
                     "cannot read secret file {path}: {err}",
-                    {"path": self.file, "err": exc.strerror or str(exc)},
+                    {"path": self.file, "err": str(exc)},
                 ) from None
         if not value:
             raise PydanticCustomError("secret_empty", "the referenced secret is empty")

@@ -34,14 +34,50 @@ class ConfigError(Exception):
 # --- YAML with line numbers -------------------------------------------------------------
 
 
+#: Limits far above any real config, far below what hurts: PyYAML composes recursively
+#: (50k-deep nesting is a RecursionError) and aliases expand each time they are walked
+#: (a billion-laughs file is 10^9 values from 1 KiB).
+MAX_DEPTH = 64
+MAX_ALIASES = 100
+MAX_VALUES = 100_000
+#: A file with thousands of mistakes gets the first ones and a count, not a flood.
+MAX_MESSAGES = 20
+
+
+def _check_shape(text: str) -> None:
+    """Depth and alias count from the event stream, which PyYAML reads without recursion."""
+    depth = aliases = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark else 0
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigError([f"(line {line}): nested deeper than {MAX_DEPTH} levels"])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise ConfigError([f"(line {line}): more than {MAX_ALIASES} aliases"])
+
+
 def compose(text: str) -> tuple[Any, dict[YamlPath, int]]:
     """Parse YAML into plain data plus a map from each path to its 1-based line."""
     loader = yaml.SafeLoader(text)
     try:
+        _check_shape(text)
         node = loader.get_single_node()
         lines: dict[YamlPath, int] = {}
+        walked = 0
 
         def walk(n: yaml.Node, path: YamlPath) -> Any:
+            nonlocal walked
+            walked += 1
+            if walked > MAX_VALUES:
+                raise ConfigError(
+                    [f"(line {n.start_mark.line + 1}): expands to more than {MAX_VALUES}"
+                     " values (aliases of aliases?)"]
+                )
             lines.setdefault(path, n.start_mark.line + 1)
             if isinstance(n, yaml.MappingNode):
                 loader.flatten_mapping(n)  # resolves '<<' merge keys
@@ -192,4 +228,7 @@ def validate(
             line = line_of(loc, lines)
             where = f" (line {line})" if line else ""
             messages.append(f"{name}: {format_path(loc)}{where}: {_describe(model, err, loc)}")
+        if len(messages) > MAX_MESSAGES:
+            more = len(messages) - MAX_MESSAGES
+            messages = [*messages[:MAX_MESSAGES], f"{name}: ... and {more} more problems"]
         raise ConfigError(messages) from None

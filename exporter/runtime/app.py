@@ -158,7 +158,10 @@ class App:
         """Re-read the config file; keep the old generation if the new one is invalid."""
         async with self._reload_lock:
             try:
-                config = self._adjust(load_config(self.config_path))
+                # Off the event loop: even a bounded parse of a 1 MiB file takes a while,
+                # and /metrics and the probes keep their timing meanwhile.
+                loaded = await asyncio.to_thread(load_config, self.config_path)
+                config = self._adjust(loaded)
                 new = build_generation(config)
             except ConfigError as exc:
                 for message in exc.messages:

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
+from exporter.config.files import FileProblem, read_text
 from exporter.config.yamlfile import ConfigError, YamlPath, compose, format_path
 
 #: Built-in classes that no table rule may use: no rule matched / no hop answered.
@@ -148,9 +148,9 @@ def load_table(path: str | None = None) -> RouteTable:
     rules = builtin.rules(networks)
     if path is not None:
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise RouteTableError(f"cannot read {path}: {exc.strerror or exc}") from None
+            text = read_text(path)
+        except FileProblem as exc:
+            raise RouteTableError(f"cannot read {path}: {exc}") from None
         own = _Source(text, path)
         networks = own.networks() if own.replace else {**networks, **own.networks()}
         own_rules = own.rules(networks)

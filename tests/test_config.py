@@ -259,3 +259,27 @@ def test_durations() -> None:
     for bad in ("", "5", "5 s", "s", "-1s", "0s", "1x"):
         with pytest.raises(Exception, match="duration"):
             parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("peak_windows:\n  windows:\n    evening: {start: '19:00', end: '23:00'}\n"
+         "    late: {start: '22:00', end: '01:00'}\n",
+         "cfg.yaml: peak_windows (line 1): windows evening and late overlap"),
+        ("peak_windows:\n  windows:\n    night: {start: '23:00', end: '02:00'}\n"
+         "    dawn: {start: '01:30', end: '03:00'}\n",
+         "cfg.yaml: peak_windows (line 1): windows dawn and night overlap"),
+        ("probes:\n  - {name: p, url: 'http://x', model: m, max_response_bytes: 99999999999}\n",
+         "cfg.yaml: probes[0].max_response_bytes (line 2): input should be less than or equal to 268435456"),
+    ],
+    ids=["overlap", "overlap-across-midnight", "absurd-size"],
+)
+def test_refused_with_a_reason(text: str, needle: str) -> None:
+    messages = errors(text)
+    assert any(m.startswith(needle) for m in messages), messages
+
+
+def test_adjacent_peak_windows_do_not_overlap() -> None:
+    parse_config("peak_windows:\n  windows:\n    a: {start: '18:00', end: '20:00'}\n"
+                 "    b: {start: '20:00', end: '23:00'}\n")

@@ -73,7 +73,7 @@ def test_dst_observing_timezone(instant: float, expected: float) -> None:
 
 NIGHT = (
     "peak_windows:\n  timezone: Asia/Shanghai\n"
-    "  windows:\n    night: {start: '22:00', end: '02:00'}\n    evening: {start: '20:00', end: '23:00'}\n"
+    "  windows:\n    night: {start: '22:00', end: '02:00'}\n    evening: {start: '20:00', end: '22:00'}\n"
 )
 
 
@@ -81,7 +81,7 @@ NIGHT = (
     ("instant", "expected"),
     [
         (ts(2026, 11, 30, 13, 59, 59), {"night": 0.0, "evening": 1.0}),  # 21:59:59
-        (ts(2026, 11, 30, 14, 0, 0), {"night": 1.0, "evening": 1.0}),  # 22:00
+        (ts(2026, 11, 30, 14, 0, 0), {"night": 1.0, "evening": 0.0}),  # 22:00
         (ts(2026, 11, 30, 16, 0, 0), {"night": 1.0, "evening": 0.0}),  # 00:00 next day
         (ts(2026, 11, 30, 17, 59, 59), {"night": 1.0, "evening": 0.0}),  # 01:59:59
         (ts(2026, 11, 30, 18, 0, 0), {"night": 0.0, "evening": 0.0}),  # 02:00

@@ -77,9 +77,29 @@ class PeakWindowsConfig(StrictModel):
             ) from None
         return value
 
+    @model_validator(mode="after")
+    def _no_overlap(self) -> PeakWindowsConfig:
+        # Overlapping windows would count the same minutes as two peaks in the drift rules.
+        minutes = {name: _minutes_of(w) for name, w in self.windows.items()}
+        names = sorted(minutes)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if minutes[a] & minutes[b]:
+                    raise PydanticCustomError(
+                        "window", "windows {a} and {b} overlap", {"a": a, "b": b}
+                    )
+        return self
+
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
+
+
+def _minutes_of(window: PeakWindow) -> set[int]:
+    """The minutes of the day a window covers; one that ends before it starts wraps."""
+    start = window.start.hour * 60 + window.start.minute
+    end = window.end.hour * 60 + window.end.minute
+    return set(range(start, end)) if start < end else set(range(start, 1440)) | set(range(end))
 
 
 
@@ -136,7 +156,7 @@ class ProbeConfig(StrictModel):
     # strictest of their values.
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 2
     min_spacing: Duration = 0.5
-    max_response_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    max_response_bytes: Annotated[int, Field(ge=1024, le=256 * 1024 * 1024)] = 4 * 1024 * 1024
     # PEM bundle of the CAs to trust for an https endpoint behind a private CA.
     ca_file: str | None = None
     # What the probe's requests cross, as labels on its series: the paths.carriers key its

@@ -270,7 +270,8 @@ async def test_slow_first_token_and_keep_alive(
     first_token = s.token_events()[0][0]
     assert first_token - s.t0 >= 0.6
     comments = [t for t, ev in s.events if ev == ": keep-alive"]
-    assert len(comments) >= 3 and max(comments) < first_token
+    # <=: on a busy machine the last keep-alive and the first token can share one read.
+    assert len(comments) >= 3 and max(comments) <= first_token
     # The engine's own TTFT and prefill time include the delay: client and server agree.
     samples = await scrape(session, sim.metrics_url)
     assert total(samples, "vllm:request_prefill_time_seconds_sum") >= 0.6

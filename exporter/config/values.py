@@ -25,6 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from exporter import redact
 from exporter.config.files import MAX_SECRET_BYTES, FileProblem, read_text
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -84,7 +85,8 @@ def _check_url(value: Any) -> str:
         if parts.scheme in ("http", "https") and parts.hostname:
             return value
     raise PydanticCustomError(
-        "url", "expected an http:// or https:// URL with a host, got {v}", {"v": repr(value)}
+        "url", "expected an http:// or https:// URL with a host, got {v}",
+        {"v": repr(redact.url(value)) if isinstance(value, str) else repr(value)},
     )
 
 
@@ -156,6 +158,7 @@ class SecretRef(StrictModel):
                 )
             return self
         self._value = SecretStr(self._read())
+        redact.remember([self._value.get_secret_value()])
         return self
 
     def _read(self) -> str:

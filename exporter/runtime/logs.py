@@ -1,6 +1,7 @@
 """logfmt (default) or JSON log lines on stderr.
 
-Checks log state changes, not runs; nothing here ever sees a secret, a prompt or a body.
+Checks log state changes, not runs, never a prompt or a body; every value passes through
+:mod:`exporter.redact` on its way out, so no configured secret or URL credential is written.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import logging
 import sys
 import time
 from typing import Any
+
+from exporter import redact
 
 # Attributes every LogRecord has; anything else came in through ``extra=`` and is a field.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -28,7 +31,7 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
             out[key] = value
     if record.exc_info and record.exc_info[1] is not None:
         out["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
-    return out
+    return {k: redact.text(v) if isinstance(v, str) else v for k, v in out.items()}
 
 
 def _logfmt_value(value: Any) -> str:

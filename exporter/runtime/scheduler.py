@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from exporter import metrics
+from exporter import metrics, redact
 from exporter.checks.base import Check
 
 log = logging.getLogger("exporter.runtime.scheduler")
@@ -134,7 +134,7 @@ class Scheduler:
         state.last_outcome = outcome
         state.last_duration = elapsed
         state.last_run_at = time.time()
-        state.last_error = error
+        state.last_error = redact.text(error)  # shown on `/` and logged
         self._runs.labels(check.name, outcome).inc()
         self._duration.labels(check.name).observe(elapsed)
         failing = outcome != metrics.CHECK_SUCCESS

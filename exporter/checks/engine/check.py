@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from exporter import __version__, metrics
+from exporter import __version__, metrics, redact
 from exporter.checks.base import Check
 from exporter.checks.engine.parse import HistogramValue, ParseError, Snapshot, detect, parse
 from exporter.checks.engine.table import SOURCES
@@ -209,7 +209,7 @@ class EngineCheck(Check):
             if self.config.bearer_token is not None
             else ""
         )
-        return f"{_redact(self._url)} ({family}{auth})"
+        return f"{redact.url(self._url)} ({family}{auth})"
 
     @property
     def url(self) -> str:
@@ -364,18 +364,6 @@ class EngineCheck(Check):
         shared.errors.labels(self.target, reason).inc()
         # The engine may come back as a different build: ask for its version again.
         self._version = None
-
-
-def _redact(url: str) -> str:
-    """``url`` without user:password, for display."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
 
 
 def _connection_detail(exc: aiohttp.ClientError) -> str:

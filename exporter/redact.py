@@ -1,0 +1,50 @@
+"""The one boundary secrets do not cross: every log line, every check error shown on `/`,
+every config message passes through here first.
+
+Configured secret values are remembered when their reference is resolved, so a server that
+echoes an Authorization header back into an error is caught too; URL user-info and
+query-string values are redacted wherever a URL is shown.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+REDACTED = "<redacted>"
+#: Shorter values are too likely to occur by chance (and are not credentials anyway).
+_MIN_SECRET = 4
+_secrets: set[str] = set()
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
+
+
+def remember(values: Iterable[str]) -> None:
+    """Values to redact from now on (the process's configured secrets)."""
+    _secrets.update(v for v in values if len(v) >= _MIN_SECRET)
+
+
+def url(value: str) -> str:
+    """``value`` without user:password, and with every query value replaced."""
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        return REDACTED  # unparseable: it may be anything, show none of it
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    if parts.username is None and parts.password is None:
+        netloc = parts.netloc
+    query = urlencode([(k, REDACTED) for k, _ in parse_qsl(parts.query, keep_blank_values=True)],
+                      safe="<>")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def text(value: str) -> str:
+    """Free text with remembered secrets and URL credentials redacted."""
+    for secret in sorted(_secrets, key=len, reverse=True):
+        if secret in value:
+            value = value.replace(secret, REDACTED)
+    return _URL.sub(lambda m: url(m.group(0)), value)

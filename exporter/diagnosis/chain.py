@@ -105,10 +105,9 @@ def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms]) -> Verdict:
     confidence = min(0.99, f.strength + (0.05 if claimed else 0.0))
     if f.unobserved and not claimed and not f.hard:
         confidence *= 0.8  # no probe confirms users feel it
+    # The scope is the cause's own (an engine's verdict names the engine, whichever probes
+    # it slows), so the verdict's labels stay put while the slowed probes change.
     scope = {k: f.scope[k] for k in SCOPE_KEYS if f.scope.get(k)}
-    if len(claimed) == 1 and f.layer != "network":
-        # One probe's symptom: name it, so the page says whose requests are slow.
-        scope.setdefault("probe", claimed[0][0].probe.probe)
     return Verdict(f.layer, f.cause, scope, symptoms, round(confidence, 3),
                    summary + ".", tuple(evidence), ACTIONS[f.layer][f.cause])
 

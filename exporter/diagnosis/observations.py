@@ -124,6 +124,9 @@ class GpuWindow:
     clock_events: tuple[str, ...] = ()
     xid_errors: int = 0
     dram_bandwidth_utilization: float | None = None
+    #: The engine config name this GPU serves, "" when unknown: the chain then links the GPU
+    #: to every engine of the same site (all of them on a single-site exporter).
+    engine: str = ""
 
 
 @dataclass(frozen=True)

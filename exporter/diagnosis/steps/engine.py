@@ -1,0 +1,196 @@
+"""Step 3: the engine. Down first; then where its time goes: queued (capacity) or inference,
+and within inference prefill vs decode; KV cache near full with preemptions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter import metrics
+from exporter.diagnosis.observations import EngineWindow
+from exporter.diagnosis.result import Evidence, Step, Symptom
+from exporter.diagnosis.steps.base import (
+    ANY_FAILURE,
+    Context,
+    Finding,
+    ProbeSymptoms,
+    conclude,
+    pct,
+    secs,
+    strength,
+)
+from exporter.diagnosis.steps.symptom import failures
+
+FIRST: frozenset[Symptom] = frozenset(("ttft", "long_context"))
+EXPLAINS: dict[str, frozenset[Symptom]] = {
+    "down": frozenset(("ttft", "tpot", "failures", "long_context")),
+    # A request queued past the client's patience ends as a timeout: failures too.
+    "queueing": FIRST | {"failures"},
+    # Preempted requests are recomputed or swapped: both the first token and the stream wait.
+    "kv_cache_pressure": frozenset(("ttft", "tpot", "failures", "long_context")),
+    "slow_prefill": FIRST,
+    "slow_decode": frozenset(("tpot",)),
+}
+#: Evidence names: the families read and the arithmetic done on them.
+QUEUE_SHARE = "queue / (queue + prefill + decode) of " + metrics.ENGINE_QUEUE_TIME.name
+PER_REQUEST = "{} per request"
+
+#: An engine that answers slowly times requests out; one that is down refuses or resets them.
+FAILS: dict[str, frozenset[str]] = {
+    "queueing": frozenset(("timeout",)),
+    "kv_cache_pressure": frozenset(("timeout", "server")),
+}
+
+
+@dataclass
+class EngineState:
+    """What the later steps need to know about one engine: is it slow, and how."""
+
+    engine: EngineWindow
+    probes: tuple[ProbeSymptoms, ...]
+    slow_first: bool  # its TTFT (or a linked probe's first token) is over the line
+    slow_decode: bool
+    slo_ttft: float
+    slo_tpot: float
+    own: bool  # its own TTFT or ITL is over the line, whatever the probes show
+
+    @property
+    def slow(self) -> bool:
+        return self.slow_first or self.slow_decode
+
+
+def linked(ctx: Context, e: EngineWindow, sick: list[ProbeSymptoms]) -> tuple[ProbeSymptoms, ...]:
+    return tuple(s for s in sick if e in ctx.engines_of(s.probe))
+
+
+def state(ctx: Context, e: EngineWindow, sick: list[ProbeSymptoms]) -> EngineState:
+    probes = linked(ctx, e, sick)
+    mine = [p for p in ctx.obs.probes if e in ctx.engines_of(p)]
+    slo_ttft = min([p.slo_ttft for p in mine] or [ctx.th.slo_ttft])
+    slo_tpot = min([p.slo_tpot for p in mine] or [ctx.th.slo_tpot])
+    # The engine's own numbers decide where it has them: a probe slow while the engine's own
+    # TTFT is fine lost its time on the way (the client-minus-engine split), not here. Only
+    # without them do the linked probes' open symptoms (those the network did not explain)
+    # stand in.
+    first = (e.ttft_p95 > slo_ttft if e.ttft_p95 is not None
+             else any(s.open & FIRST for s in probes))
+    decode = (e.itl_p95 > slo_tpot if e.itl_p95 is not None
+              else any("tpot" in s.open for s in probes))
+    own = (e.ttft_p95 or 0) > slo_ttft or (e.itl_p95 or 0) > slo_tpot
+    return EngineState(e, probes, first, decode, slo_ttft, slo_tpot, own)
+
+
+def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Finding] | None:
+    """The engine's findings; None when the numbers needed to split its time are missing."""
+    th, e = ctx.th, st.engine
+    lab = {"engine": e.engine, "target": e.target}
+    scope = {"engine": e.engine}
+    out: list[Finding] = []
+
+    own = st.own
+
+    def add(cause: str, headline: str, ev: list[Evidence], s: float, hard: bool = False
+            ) -> None:
+        out.append(Finding("engine", cause, dict(scope), headline, ev, s, EXPLAINS[cause],
+                           st.probes, hard=hard, unobserved=not st.probes, own=own,
+                           fails=FAILS.get(cause, ANY_FAILURE)))
+
+    if e.up is False:
+        add("down", f"Engine {e.engine} is down (its metrics endpoint does not answer)",
+            [ctx.ev(metrics.ENGINE_UP.name, 0, lab, 1)], 0.95, hard=True)
+        return out
+    for value, metric, slo in ((e.ttft_p95, metrics.ENGINE_TTFT.name, st.slo_ttft),
+                               (e.itl_p95, metrics.ENGINE_ITL.name, st.slo_tpot)):
+        if value is not None:
+            cleared.append(ctx.ev(metric, value, lab, slo))
+    if not st.slow:
+        return out
+    kv = e.kv_cache_usage
+    if kv is not None and kv >= th.kv_cache_usage and e.preemptions > 0:
+        add("kv_cache_pressure", f"Engine {e.engine}'s KV cache is {pct(kv)} full with "
+            f"{e.preemptions:g} preemption(s) in the window",
+            [ctx.ev(metrics.ENGINE_KV_CACHE_USAGE.name, kv, lab, th.kv_cache_usage),
+             ctx.ev(metrics.ENGINE_PREEMPTIONS.name, e.preemptions, lab, 0)],
+            strength(e.preemptions, 1.0, 0.75))
+    total = e.engine_seconds
+    if total is None or e.requests < 1 or total <= 0:
+        return out or None
+    assert e.queue_seconds is not None and e.prefill_seconds is not None
+    assert e.decode_seconds is not None
+    share = e.queue_seconds / total
+    q = ctx.ev(QUEUE_SHARE, share, lab, th.queue_share)
+    full = (e.waiting or 0) > 0 or (e.running is not None and e.running_max is not None
+                                    and e.running >= e.running_max)
+    if share > th.queue_share and (full or (e.waiting is None and e.running is None)):
+        ev = [q]
+        if e.waiting is not None:
+            ev.append(ctx.ev(metrics.ENGINE_REQUESTS_WAITING.name, e.waiting, lab, 0))
+        if e.running is not None:
+            ev.append(ctx.ev(metrics.ENGINE_REQUESTS_RUNNING.name, e.running, lab,
+                             e.running_max))
+        headline = (f"Engine {e.engine} spends {pct(share)} of its time queueing "
+                    f"({e.waiting or 0:g} waiting, {e.running or 0:g} running)")
+        if out:  # queued because the cache cannot admit more: one cause, the cache's
+            out[0].evidence.extend(ev)
+        else:
+            add("queueing", headline, ev, strength(share, th.queue_share))
+        return out
+    cleared.append(q)
+    if out:
+        return out
+    # Inference dominates: which half. Per-request means say where the time went; the
+    # engine's own TTFT / ITL say whether it is over the line.
+    n = e.requests
+    if st.slow_first:
+        ev = [ctx.ev(PER_REQUEST.format(metrics.ENGINE_PREFILL_TIME.name),
+                     e.prefill_seconds / n, lab)]
+        if e.ttft_p95 is not None:
+            ev.append(ctx.ev(metrics.ENGINE_TTFT.name, e.ttft_p95, lab, st.slo_ttft))
+        add("slow_prefill", f"Engine {e.engine}'s prefill takes {secs(e.prefill_seconds / n)} "
+            f"per request with little queueing ({pct(share)})", ev,
+            strength(e.ttft_p95 or st.slo_ttft, st.slo_ttft, 0.6))
+    if st.slow_decode:
+        ev = [ctx.ev(PER_REQUEST.format(metrics.ENGINE_DECODE_TIME.name),
+                     e.decode_seconds / n, lab)]
+        if e.itl_p95 is not None:
+            ev.append(ctx.ev(metrics.ENGINE_ITL.name, e.itl_p95, lab, st.slo_tpot))
+        add("slow_decode", f"Engine {e.engine} decodes slowly: inter-token P95 "
+            f"{secs(e.itl_p95 or 0)} (SLO {secs(st.slo_tpot)}), decode "
+            f"{secs(e.decode_seconds / n)} per request", ev,
+            strength(e.itl_p95 or st.slo_tpot, st.slo_tpot, 0.6))
+    return out
+
+
+def serving(ctx: Context, e: EngineWindow) -> bool:
+    """Linked probes get answers: the engine serves even where its metrics do not answer,
+    so a failing engine check is missing data, not an engine down."""
+    mine = [p for p in ctx.obs.probes if e in ctx.engines_of(p)
+            and p.requests >= ctx.th.min_requests]
+    return bool(mine) and all(failures(p) / p.requests <= ctx.th.failure_ratio for p in mine)
+
+
+def evaluate(ctx: Context, sick: list[ProbeSymptoms]
+             ) -> tuple[Step, list[Finding], list[EngineState], list[str]]:
+    """The step, its findings, the engines it could judge, and those it could not."""
+    findings: list[Finding] = []
+    cleared: list[Evidence] = []
+    states: list[EngineState] = []
+    missing: list[str] = []
+    decided = False
+    for e in ctx.obs.engines:
+        lab = {"engine": e.engine, "target": e.target}
+        if e.up is None or (e.up is not False and ctx.failing("engine", e.engine)) or (
+                e.up is False and serving(ctx, e)):
+            # No numbers of this engine in the window: nothing to decide from.
+            missing.append(e.engine)
+            if e.up is False:
+                cleared.append(ctx.ev(metrics.ENGINE_UP.name, 0, lab, 1))
+            continue
+        st = state(ctx, e, sick)
+        found = _findings(ctx, st, cleared)
+        if found is None:
+            missing.append(e.engine)
+            continue
+        decided = True
+        states.append(st)
+        findings.extend(found)
+    return conclude("engine", findings, cleared, decided), findings, states, missing

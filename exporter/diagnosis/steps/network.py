@@ -1,0 +1,189 @@
+"""Step 2: the network floor, per carrier and target, measured before any engine number is
+believed: a bad network disguises itself as a slow model."""
+
+from __future__ import annotations
+
+from exporter import metrics
+from exporter.diagnosis.observations import PathWindow, ProbeWindow
+from exporter.diagnosis.result import Evidence, Step, Symptom
+from exporter.diagnosis.steps.base import (
+    Context,
+    Finding,
+    ProbeSymptoms,
+    conclude,
+    pct,
+    probe_labels,
+    probe_scope,
+    secs,
+    strength,
+)
+
+ALL: frozenset[Symptom] = frozenset(("ttft", "tpot", "failures", "long_context"))
+FIRST_TOKEN: frozenset[Symptom] = frozenset(("ttft", "long_context"))
+#: What each network cause can produce. Loss costs retransmits on every byte (slow first
+#: token, choppy stream, resets); an RTT floor only delays what waits on round trips.
+EXPLAINS: dict[str, frozenset[Symptom]] = {
+    "packet_loss": ALL,
+    "peak_congestion": ALL,
+    "route_change": ALL,
+    "rtt_floor": FIRST_TOKEN,
+    "jitter": frozenset(("tpot", "ttft")),
+    "connection_setup": FIRST_TOKEN | {"failures"},
+    "stream_stalls": frozenset(("tpot",)),
+}
+#: A network fault drops connections and streams or makes them time out; it never answers
+#: with an HTTP status.
+FAILS = frozenset(("timeout", "connect", "stream"))
+
+
+def _same(a: str, b: str) -> bool:
+    return not a or not b or a == b
+
+
+def on_path(p: ProbeWindow, path: PathWindow) -> bool:
+    """A probe rides a path when it is tagged with the path's carrier (same target and
+    vantage point where both are known); an untagged probe rides no carrier's path."""
+    return (bool(p.carrier) and p.carrier == path.carrier and _same(p.target, path.target)
+            and _same(p.vantage, path.vantage))
+
+
+def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, ...],
+                   slo_ttft: float, cleared: list[Evidence]) -> list[Finding]:
+    th = ctx.th
+    labels = {"carrier": path.carrier, "target": path.target, "vantage": path.vantage}
+    scope = {"carrier": path.carrier, "target": path.target}
+    where = f"{path.carrier.capitalize()} path to {path.target}"
+    out: list[Finding] = []
+
+    def add(cause: str, headline: str, evidence: list[Evidence], s: float) -> None:
+        out.append(Finding("network", cause, dict(scope), headline, evidence, s,
+                           EXPLAINS[cause], riders, unobserved=not riders,
+                           fails=FAILS))
+
+    loss, rtt = path.loss, path.rtt_mean
+    loss_e = ctx.ev(metrics.PATH_LOSS.name, loss, labels, th.loss_ratio,
+                    path.loss_baseline) if loss is not None else None
+    rtt_budget = th.rtt_budget_share * slo_ttft
+    rtt_e = ctx.ev(metrics.PATH_RTT.name, rtt, labels, rtt_budget / th.rtt_round_trips,
+                   path.rtt_baseline) if rtt is not None else None
+    # Evening peak vs off-peak: a loss or RTT that only the peak has is congestion on the
+    # carrier's interconnect, and subsumes the plain loss / RTT finding of the same path.
+    peak: list[Evidence] = []
+    if path.in_peak and loss is not None and loss_e is not None and \
+            path.loss_baseline is not None and loss >= th.peak_min_loss and \
+            loss > path.loss_baseline * th.drift_ratio:
+        peak.append(loss_e)
+    if path.in_peak and rtt is not None and rtt_e is not None and path.rtt_baseline and \
+            rtt > path.rtt_baseline * th.drift_ratio:
+        peak.append(rtt_e)
+    if peak:
+        what = (f"loses {pct(loss)} of packets (off-peak {pct(path.loss_baseline or 0)})"
+                if loss_e in peak and loss is not None else
+                f"RTT {secs(rtt or 0)} at peak (off-peak {secs(path.rtt_baseline or 0)})")
+        add("peak_congestion", f"{where} {what} in the evening peak", peak,
+            strength(peak[0].value, (peak[0].baseline or 0) * th.drift_ratio))
+    elif loss is not None and loss_e is not None:
+        if loss > th.loss_ratio:
+            add("packet_loss", f"{where} loses {pct(loss)} of packets (threshold "
+                f"{pct(th.loss_ratio)})", [loss_e], strength(loss, th.loss_ratio, 0.7))
+        else:
+            cleared.append(loss_e)
+    # A worse route class than this target's best, or a change: the return path moved
+    # (CN2 GIA to 163 is the classic evening downgrade). It subsumes the RTT floor.
+    worse = (path.route_class is not None and path.best_route_class is not None
+             and th.route_rank(path.route_class) > th.route_rank(path.best_route_class))
+    if worse or path.route_changes > 0:
+        ev = [ctx.ev(metrics.PATH_ROUTE_CHANGES.name, path.route_changes,
+                     {**labels, "route_class": path.route_class or ""}, 0)]
+        if rtt_e is not None:
+            ev.append(rtt_e)
+        was = f" from {path.best_route_class}" if worse else ""
+        now = f" to {path.route_class}" if path.route_class else ""
+        add("route_change", f"{where} changed route{was}{now} "
+            f"({path.route_changes} change(s) in the window)", ev, 0.8 if worse else 0.65)
+    elif rtt is not None and rtt_e is not None and not peak:
+        floor = rtt * th.rtt_round_trips
+        if floor > rtt_budget:
+            add("rtt_floor", f"{where} has RTT {secs(rtt)}: {th.rtt_round_trips} round trips "
+                f"take {secs(floor)} of the {secs(slo_ttft)} TTFT SLO", [rtt_e],
+                strength(floor, rtt_budget))
+        else:
+            cleared.append(rtt_e)
+    if path.jitter is not None:
+        e = ctx.ev(metrics.PATH_JITTER.name, path.jitter, labels, th.jitter_seconds)
+        if path.jitter > th.jitter_seconds:
+            add("jitter", f"{where} has jitter {secs(path.jitter)} (threshold "
+                f"{secs(th.jitter_seconds)})", [e], strength(path.jitter, th.jitter_seconds))
+        else:
+            cleared.append(e)
+    return out
+
+
+def _probe_findings(ctx: Context, ps: ProbeSymptoms, cleared: list[Evidence],
+                    splits: list[Evidence]) -> list[Finding]:
+    """What one symptomatic probe's own timings say about the network."""
+    th, p = ctx.th, ps.probe
+    out: list[Finding] = []
+    labels = probe_labels(p)
+    engines = ctx.engines_of(p)
+    if p.connect_p95 is not None and p.ttft_p95:
+        e = ctx.ev(metrics.PROBE_PHASE.name, p.connect_p95, {**labels, "phase": "setup"},
+                   th.connection_setup_share * p.ttft_p95)
+        if p.connect_p95 > th.connection_setup_share * p.ttft_p95:
+            out.append(Finding(
+                "network", "connection_setup", probe_scope(p),
+                f"DNS, connect and TLS take {secs(p.connect_p95)} of the {p.probe} probe's "
+                f"{secs(p.ttft_p95)} TTFT P95", [e],
+                strength(p.connect_p95, th.connection_setup_share * p.ttft_p95),
+                EXPLAINS["connection_setup"], (ps,), fails=FAILS))
+        else:
+            cleared.append(e)
+    engine = engines[0] if engines else None
+    # Stalls the client sees while the engine emits tokens steadily happen on the way.
+    stalled = (p.stalls > 0 or (p.itl_p99 or 0) > th.stall_seconds)
+    if stalled and engine is not None and engine.itl_p95 is not None and engine.up:
+        e = ctx.ev(metrics.ENGINE_ITL.name, engine.itl_p95, {"engine": engine.engine},
+                   p.slo_tpot)
+        if engine.itl_p95 <= p.slo_tpot:
+            out.append(Finding(
+                "network", "stream_stalls", probe_scope(p),
+                f"The {p.probe} probe sees {p.stalls} stall(s) (inter-token P99 "
+                f"{secs(p.itl_p99 or 0)}) while {engine.engine}'s inter-token P95 is "
+                f"{secs(engine.itl_p95)}", [e, *ps.evidence], 0.8,
+                EXPLAINS["stream_stalls"], (ps,), fails=FAILS))
+    # Client TTFT minus the engine's own: the network and gateway's part. A big share is
+    # evidence for this step; a small one clears the network for this probe.
+    if engine is not None and engine.ttft_p95 is not None and p.ttft_p95 and engine.up:
+        gap = max(0.0, p.ttft_p95 - engine.ttft_p95)
+        e = ctx.ev(metrics.PROBE_TTFT.name, gap, {**labels, "part": "client_minus_engine"},
+                   th.client_network_share * p.ttft_p95, engine.ttft_p95)
+        (splits if gap > th.client_network_share * p.ttft_p95 else cleared).append(e)
+    return out
+
+
+def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Finding],
+                                                                 list[Evidence]]:
+    """The step, its findings, and the client-minus-engine splits over their share (the
+    time is between client and engine, whether or not a path names the cause)."""
+    th = ctx.th
+    findings: list[Finding] = []
+    cleared: list[Evidence] = []
+    decided = False
+    for path in ctx.obs.paths:
+        if path.sent < th.min_requests or ctx.failing("path", f"{path.carrier}/{path.target}"):
+            continue
+        decided = True
+        riders = tuple(s for s in sick if on_path(s.probe, path))
+        tagged = any(on_path(p, path) for p in ctx.obs.probes)
+        slos = [s.probe.slo_ttft for s in riders] or [
+            p.slo_ttft for p in ctx.obs.probes if on_path(p, path)] or [th.slo_ttft]
+        found = _path_findings(ctx, path, riders, min(slos), cleared)
+        # A path fault no symptomatic probe rides is only worth naming where no probe rides
+        # it at all (nothing could have shown the symptom); otherwise users do not feel it.
+        findings.extend(f for f in found if riders or not tagged)
+    splits: list[Evidence] = []
+    for ps in sick:
+        found = _probe_findings(ctx, ps, cleared, splits)
+        decided = decided or bool(found) or bool(splits) or bool(cleared)
+        findings.extend(found)
+    return conclude("network", findings, cleared + splits, decided), findings, splits

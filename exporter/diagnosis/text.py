@@ -1,0 +1,75 @@
+"""The diagnosis as text for the CLI: a short incident note. The verdict sentence first (what
+a pager shows), then the evidence table, what was ruled out, and the next actions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from exporter.diagnosis.result import Diagnosis, Evidence, Verdict
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0 or 0.001 <= abs(value) < 100000:
+        return f"{value:.4g}"
+    return f"{value:.3g}"
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items()) or "-"
+
+
+def table(evidence: Iterable[Evidence], indent: str = "    ") -> list[str]:
+    """Evidence as aligned columns: metric, labels, value, threshold, baseline."""
+    rows = [("metric", "labels", "value", "threshold", "baseline")]
+    rows += [(e.metric, _labels(dict(e.labels)), _num(e.value), _num(e.threshold),
+              _num(e.baseline)) for e in evidence]
+    if len(rows) == 1:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows]
+
+
+def _scope(v: Verdict) -> str:
+    return " ".join(f"{k}={val}" for k, val in v.scope.items()) or "everywhere"
+
+
+def render(d: Diagnosis) -> str:
+    at = d.at.isoformat(timespec="seconds")
+    head = f"Diagnosis at {at} over {d.window} ({d.source}): {d.status.upper()}"
+    lines = [head, ""]
+    if not d.verdicts:
+        if d.status == "unknown":
+            lines.append("No data: no check gave the chain enough to judge in this window.")
+            lines.append("Make sure probes, engine, path and GPU checks are running "
+                         "(/-/ready, llm_exporter_check_runs_total).")
+        else:
+            lines.append("Healthy: every probe meets its SLO and nothing is drifting "
+                         "from its off-peak baseline.")
+    for i, v in enumerate(d.verdicts):
+        rank = "Primary" if i == 0 else "Also"
+        lines.append(f"{rank}: {v.layer}/{v.cause} ({_scope(v)}), confidence "
+                     f"{v.confidence:.2f}")
+        lines.append(f"  {v.summary}")
+        if v.symptoms:
+            lines.append(f"  Symptoms: {', '.join(v.symptoms)}")
+        rows = table(v.evidence)
+        if rows:
+            lines += ["  Evidence:", *rows]
+        if v.actions:
+            lines.append("  Next:")
+            lines += [f"    - {a}" for a in v.actions]
+        lines.append("")
+    cleared = [s for s in d.steps if s.result == "ruled_out"]
+    if cleared:
+        lines.append("Ruled out:")
+        for s in cleared:
+            lines.append(f"  {s.step}")
+            lines += table(s.evidence[:8])
+        lines.append("")
+    blind = [s.step for s in d.steps if s.result == "no_data"]
+    if blind:
+        lines.append(f"No data for: {', '.join(blind)}")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,288 @@
+"""The decision chain on synthetic observations: every cause of the vocabulary as the primary
+verdict with its scope, healthy at moderate values, combinations in chain order, attribution,
+no_data instead of a guess, ruled-out evidence, thresholds from slo:, and the JSON contract
+against schema.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import pytest
+
+from exporter.config.models import Config
+from exporter.diagnosis.chain import diagnose
+from exporter.diagnosis.observations import Observations
+from exporter.diagnosis.result import CAUSES, Diagnosis
+from exporter.diagnosis.text import render
+from exporter.diagnosis.thresholds import Thresholds, resolve
+from tests.support.observations import (
+    AT,
+    all_probes,
+    engine,
+    fleet,
+    healthy,
+    probe,
+    with_engine,
+    with_gpu,
+    with_path,
+    with_probe,
+)
+
+SLOW_ALL = dict(ttft_p95=2.6)
+QUEUED = dict(queue_seconds=900.0, waiting=25.0, running=64.0, ttft_p95=2.4)
+SLOW_DECODE = dict(itl_p95=0.2, decode_seconds=4000.0)
+
+
+def _lc(obs: Observations) -> Observations:
+    """A long-context probe beside the short ones."""
+    return replace(obs, probes=(*obs.probes, probe("long", profile="long_context",
+                                                   ttft_p95=4.5, ttft_p95_baseline=1.2,
+                                                   slo_ttft=3.0)))
+
+
+def _mobile(obs: Observations, **kw: Any) -> Observations:
+    return with_probe(obs, "chat-mobile", **kw)
+
+
+#: cause -> (observations, expected layer, expected scope subset)
+CASES: dict[str, tuple[Observations, str, dict[str, str]]] = {
+    "packet_loss": (_mobile(with_path(healthy(), "mobile", lost=12), ttft_p95=1.8),
+                    "network", {"carrier": "mobile", "target": "gpu-sh"}),
+    "jitter": (_mobile(with_path(healthy(), "mobile", jitter=0.09), tpot_p95=0.16),
+               "network", {"carrier": "mobile", "target": "gpu-sh"}),
+    "rtt_floor": (_mobile(with_path(healthy(), "mobile", rtt_mean=0.25), ttft_p95=1.3),
+                  "network", {"carrier": "mobile", "target": "gpu-sh"}),
+    "route_change": (_mobile(with_path(healthy(), "mobile", route_class="cmi", route_changes=1,
+                                       rtt_mean=0.2), ttft_p95=1.4),
+                     "network", {"carrier": "mobile", "target": "gpu-sh"}),
+    "peak_congestion": (_mobile(with_path(healthy(), "mobile", in_peak=True, lost=10,
+                                          loss_baseline=0.001), ttft_p95=1.6),
+                        "network", {"carrier": "mobile", "target": "gpu-sh"}),
+    "connection_setup": (with_probe(healthy(), "chat", ttft_p95=1.5, connect_p95=1.0),
+                         "network", {"probe": "chat"}),
+    "stream_stalls": (_mobile(healthy(), stalls=4, itl_p99=3.2), "network",
+                      {"probe": "chat-mobile", "carrier": "mobile"}),
+    "down": (all_probes(with_engine(healthy(), up=False, ttft_p95=None, itl_p95=None),
+                        outcomes={"connect_error": 20}, ttft_p95=None, tpot_p95=None,
+                        itl_p99=None),
+             "engine", {"engine": "main"}),
+    "queueing": (all_probes(with_engine(healthy(), **QUEUED), **SLOW_ALL), "engine",
+                 {"engine": "main"}),
+    "slow_prefill": (_lc(with_engine(healthy(), ttft_p95=2.0, prefill_seconds=600.0)),
+                     "engine", {"engine": "main"}),
+    "slow_decode": (all_probes(with_engine(healthy(), **SLOW_DECODE), tpot_p95=0.22),
+                    "engine", {"engine": "main"}),
+    "kv_cache_pressure": (all_probes(with_engine(healthy(), kv_cache_usage=0.99,
+                                                 preemptions=14.0, **QUEUED), **SLOW_ALL),
+                          "engine", {"engine": "main"}),
+    "throttling": (with_gpu(all_probes(with_engine(healthy(), **SLOW_DECODE), tpot_p95=0.22),
+                            0, clock_events=("hw_thermal",)), "gpu", {"gpu": "0"}),
+    "memory_full": (with_gpu(all_probes(with_engine(healthy(), ttft_p95=2.0), **SLOW_ALL), 1,
+                             memory_used_ratio=0.995), "gpu", {"gpu": "1"}),
+    "xid_errors": (with_gpu(all_probes(with_engine(healthy(), ttft_p95=2.0), **SLOW_ALL), 0,
+                            xid_errors=3), "gpu", {"gpu": "0"}),
+    "underutilized": (with_gpu(with_gpu(all_probes(with_engine(healthy(), ttft_p95=2.0),
+                                                   **SLOW_ALL), 0, utilization=0.2), 1,
+                               utilization=0.25), "gpu", {"gpu": "0,1", "engine": "main"}),
+    "memory_bandwidth": (with_gpu(all_probes(with_engine(healthy(), **SLOW_DECODE),
+                                             tpot_p95=0.22), 0,
+                                  dram_bandwidth_utilization=0.96), "gpu", {"gpu": "0"}),
+    "long_prompts": (all_probes(with_engine(healthy(), ttft_p95=2.0, prompt_tokens_mean=6000.0,
+                                            prompt_tokens_baseline=1500.0), **SLOW_ALL),
+                     "application", {"engine": "main"}),
+    "rate_limited": (with_probe(healthy(), "chat", outcomes={"ok": 12, "rate_limited": 8}),
+                     "application", {"probe": "chat"}),
+    "client_concurrency": (all_probes(with_engine(healthy(), request_rate=2.0,
+                                                  request_rate_baseline=0.5, **QUEUED),
+                                      **SLOW_ALL), "application", {"engine": "main"}),
+    "client_timeouts": (with_probe(healthy(), "chat", outcomes={"ok": 15, "timeout_total": 5},
+                                   timeout_total=5.0), "application", {"probe": "chat"}),
+    "no_data": (with_probe(replace(with_engine(healthy(), up=None), failing_checks=(
+        "engine/main",)), "chat", ttft_p95=2.5), "exporter", {"probe": "chat"}),
+}
+
+SCHEMA = json.loads(resources.files("exporter.diagnosis").joinpath("schema.json").read_text())
+
+
+def valid(d: Diagnosis) -> dict[str, Any]:
+    doc = d.to_json()
+    jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+    return doc
+
+
+def test_every_cause_has_a_case() -> None:
+    assert set(CASES) == {c for causes in CAUSES.values() for c in causes}
+
+
+@pytest.mark.parametrize("cause", sorted(CASES))
+def test_cause_is_primary(cause: str) -> None:
+    obs, layer, scope = CASES[cause]
+    d = diagnose(obs)
+    assert d.verdicts, render(d)
+    v = d.verdicts[0]
+    assert (v.layer, v.cause) == (layer, cause), render(d)
+    assert {k: v.scope.get(k) for k in scope} == scope, v.scope
+    assert 0 < v.confidence <= 1
+    assert v.summary.endswith(".") and v.actions and v.evidence
+    assert d.status in ("degraded", "failing")
+    valid(d)
+
+
+def test_healthy_at_moderate_values() -> None:
+    for obs in (healthy(), fleet()):
+        d = diagnose(obs)
+        assert d.status == "healthy" and d.verdicts == (), render(d)
+        assert [s.result for s in d.steps] == ["ruled_out"] * 5
+        assert "Healthy" in render(d)
+        valid(d)
+
+
+def test_ruled_out_steps_carry_the_evidence_that_cleared_them() -> None:
+    d = diagnose(CASES["packet_loss"][0])
+    by = {s.step: s for s in d.steps}
+    assert by["network"].result == "implicated"
+    assert by["engine"].result == "ruled_out"
+    metrics = {e.metric for e in by["engine"].evidence}
+    assert "llm_engine_time_to_first_token_seconds" in metrics
+    assert all(e.threshold is not None for e in by["engine"].evidence)
+    assert "Ruled out:" in render(d)
+
+
+def test_mobile_ttft_is_attributed_to_mobile_loss() -> None:
+    d = diagnose(CASES["packet_loss"][0])
+    assert len(d.verdicts) == 1, render(d)
+    v = d.verdicts[0]
+    assert v.symptoms == ("ttft",)
+    assert "chat-mobile probe's TTFT P95 1.8 s over its 1 s SLO follows from it" in v.summary
+    assert v.summary.startswith("Mobile path to gpu-sh loses 6% of packets (threshold 2%)")
+    assert d.status == "failing"
+
+
+def test_loss_on_one_carrier_plus_overload_names_both_network_first() -> None:
+    obs = all_probes(with_path(with_engine(healthy(), **QUEUED), "mobile", lost=12), **SLOW_ALL)
+    d = diagnose(obs)
+    got = [(v.layer, v.cause) for v in d.verdicts]
+    assert got == [("network", "packet_loss"), ("engine", "queueing")], render(d)
+    assert d.verdicts[0].scope == {"carrier": "mobile", "target": "gpu-sh"}
+    # The mobile probe's symptom goes to the loss, the others' to the queue.
+    assert "chat-mobile" in d.verdicts[0].summary
+    assert "chat-mobile" not in d.verdicts[1].summary
+    valid(d)
+
+
+def test_loss_on_a_carrier_without_symptoms_is_no_verdict() -> None:
+    d = diagnose(with_path(healthy(), "mobile", lost=12))
+    assert d.status == "healthy" and not d.verdicts
+
+
+def test_engine_check_failing_is_no_data_not_a_guess() -> None:
+    d = diagnose(CASES["no_data"][0])
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("exporter", "no_data")], render(d)
+    assert {s.step: s.result for s in d.steps}["engine"] == "no_data"
+    assert "engine/main" in d.verdicts[0].summary
+    assert d.verdicts[0].symptoms == ("ttft",)
+
+
+def test_metrics_endpoint_failing_while_engine_serves_is_no_data() -> None:
+    # up=0 (the scrape fails) but the probes get answers: the engine serves, the numbers are
+    # missing. Slow probes then yield no_data, not "down".
+    obs = replace(all_probes(with_engine(healthy(), up=False, ttft_p95=None, itl_p95=None),
+                             **SLOW_ALL), failing_checks=("engine/main",))
+    d = diagnose(obs)
+    causes = {v.cause for v in d.verdicts}
+    assert "down" not in causes and causes == {"no_data"}, render(d)
+
+
+def test_engine_down_fails_without_probes() -> None:
+    obs = Observations(at=AT, window=600.0, source="prometheus",
+                       engines=(engine(up=False),))
+    d = diagnose(obs)
+    assert d.status == "failing" and d.verdicts[0].cause == "down"
+    valid(d)
+
+
+def test_nothing_to_judge_is_unknown() -> None:
+    d = diagnose(Observations(at=AT, window=600.0, source="exporter"))
+    assert d.status == "unknown" and not d.verdicts
+    assert "No data" in render(d)
+    few = with_engine(all_probes(healthy(), requests=1), up=None)
+    d = diagnose(replace(few, paths=(), gpus=()))
+    assert d.status == "unknown"
+
+
+def test_drift_without_breach_is_degraded() -> None:
+    obs = with_probe(with_path(healthy(), "mobile", lost=8), "chat-mobile", ttft_p95=0.9,
+                     ttft_p95_baseline=0.4)
+    d = diagnose(obs)
+    assert d.status == "degraded" and d.verdicts[0].cause == "packet_loss", render(d)
+    assert "2.2x its off-peak" in d.verdicts[0].summary
+
+
+def test_failures_go_to_the_cause_that_produces_them() -> None:
+    # 429s on a probe of an overloaded engine: the failures are rate limiting's, the slow
+    # first tokens the queue's.
+    obs = with_probe(all_probes(with_engine(healthy(), **QUEUED), **SLOW_ALL), "chat",
+                     outcomes={"ok": 10, "rate_limited": 10})
+    d = diagnose(obs)
+    got = [(v.layer, v.cause) for v in d.verdicts]
+    assert got == [("engine", "queueing"), ("application", "rate_limited")], render(d)
+    assert d.verdicts[1].symptoms == ("failures",)
+
+
+def test_per_probe_slo_override_is_used() -> None:
+    obs = with_probe(healthy(), "chat", ttft_p95=1.5, slo_ttft=2.0, ttft_p95_baseline=1.4)
+    assert diagnose(obs).status == "healthy"
+
+
+def test_thresholds_derive_from_slo_and_alerting() -> None:
+    cfg = Config.model_validate({
+        "slo": {"ttft_p95_seconds": 2, "loss_ratio": 0.1, "probe_failure_ratio": 0.2,
+                "jitter_seconds": 0.05},
+        "alerting": {"queue_share_ratio": 0.4, "kv_cache_usage_ratio": 0.9},
+        "diagnosis": {"jitter_seconds": 0.02, "drift_ratio": 2},
+    })
+    th = resolve(cfg)
+    assert (th.slo_ttft, th.loss_ratio, th.failure_ratio) == (2.0, 0.1, 0.2)
+    assert th.jitter_seconds == 0.02  # set under diagnosis: wins over slo
+    assert (th.queue_share, th.kv_cache_usage, th.drift_ratio) == (0.4, 0.9, 2.0)
+    assert resolve(Config()) == Thresholds()
+    # 6% loss is under a 10% loss SLO: no verdict on it.
+    obs, _, _ = CASES["packet_loss"]
+    d = diagnose(obs, th)
+    assert "packet_loss" not in {v.cause for v in d.verdicts}, render(d)
+
+
+def test_text_forms() -> None:
+    out = render(diagnose(CASES["queueing"][0]))
+    assert out.splitlines()[0].endswith("FAILING")
+    assert "Primary: engine/queueing (engine=main)" in out
+    assert "Evidence:" in out and "Next:" in out and "threshold" in out
+    nd = render(diagnose(CASES["no_data"][0]))
+    assert "Primary: exporter/no_data" in nd and "No data for: engine" in nd
+
+
+def test_pure_and_deterministic() -> None:
+    obs = CASES["client_concurrency"][0]
+    assert diagnose(obs).to_json() == diagnose(obs).to_json()
+    assert diagnose(obs).to_json()["at"] == "2026-12-01T21:30:00Z"
+
+
+def test_schema_rejects_outside_the_vocabulary() -> None:
+    doc = valid(diagnose(CASES["jitter"][0]))
+    doc["verdicts"][0]["cause"] = "cosmic_rays"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+    doc = valid(diagnose(CASES["jitter"][0]))
+    doc["verdicts"][0]["layer"] = "engine"  # jitter is a network cause
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+def test_schema_matches_the_vocabulary() -> None:
+    branches = SCHEMA["$defs"]["verdict"]["oneOf"]
+    assert {b["properties"]["layer"]["const"]: tuple(b["properties"]["cause"]["enum"])
+            for b in branches} == dict(CAUSES)

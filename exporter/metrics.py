@@ -424,6 +424,8 @@ class ProbeOutcome(StrEnum):
     STREAM_ERROR = "stream_error"
     PROTOCOL_ERROR = "protocol_error"
     EMPTY = "empty"
+    #: 3xx: probes do not follow redirects (a loop would otherwise look like a dead host).
+    REDIRECT = "redirect"
 
 
 PROBE_REQUESTS = _def(
@@ -530,6 +532,15 @@ PROBE_SLO_GOOD = _def(
     PROBE_LABELS,
     section="probe",
 )
+PROBE_HELD_OFF = _def(
+    "llm_probe_held_off_total",
+    Kind.COUNTER,
+    "Probe runs not sent because the endpoint asked to wait: a 429 or 503 with Retry-After "
+    "(capped at 1 h) holds the probe's requests until then, so a rate-limited hosted API is "
+    "not hit again and again.",
+    PROBE_LABELS,
+    section="probe",
+)
 PROBE_LAST_SUCCESS = _def(
     "llm_probe_last_success_timestamp_seconds",
     Kind.GAUGE,
@@ -574,6 +585,7 @@ ENGINE_SCRAPE_ERROR_REASONS = (
     "not_prometheus",
     "malformed",
     "unrecognized",
+    "redirect",
 )
 ENGINE_SCRAPE_ERRORS = _def(
     "llm_engine_scrape_errors_total",
@@ -581,7 +593,8 @@ ENGINE_SCRAPE_ERRORS = _def(
     "Failed engine scrapes by reason: timeout, connection (refused, reset, DNS, TLS), "
     "http_4xx, http_5xx, http_status (other non-2xx), too_large (body over the size cap), "
     "not_prometheus (HTML or JSON instead of the text format), malformed (a line of a mapped "
-    "family does not parse), unrecognized (no known engine family in the exposition).",
+    "family does not parse), unrecognized (no known engine family in the exposition), "
+    "redirect (more redirects than a client follows: a loop).",
     ("target", "reason"),
     section="engine",
 )

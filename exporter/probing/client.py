@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import ssl
 import time
 from urllib.parse import urlsplit
@@ -50,14 +51,38 @@ def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
     return ctx
 
 
+#: A Retry-After longer than this is capped: a typo on the server must not silence a probe
+#: for days.
+MAX_RETRY_AFTER = 3600.0
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header: delay-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    wait = when.timestamp() - (time.time() if now is None else now)
+    return min(max(wait, 0.0), MAX_RETRY_AFTER)
+
+
 def _status_outcome(status: int) -> ProbeOutcome:
     if status == 429:
         return ProbeOutcome.RATE_LIMITED
     if 400 <= status < 500:
         return ProbeOutcome.HTTP_4XX
+    if 300 <= status < 400:
+        return ProbeOutcome.REDIRECT
     if status >= 500:
         return ProbeOutcome.HTTP_5XX
-    return ProbeOutcome.PROTOCOL_ERROR  # 1xx/3xx: not a stream (redirects are not followed)
+    return ProbeOutcome.PROTOCOL_ERROR  # 1xx: not a stream
 
 
 def _exc_detail(exc: BaseException) -> str:
@@ -122,6 +147,7 @@ class Client:
         token = CURRENT.set(tr)
         reader: StreamReader | None = None
         status: int | None = None
+        retry_after: float | None = None
         outcome: ProbeOutcome | None = None
         detail = ""
         deadline, _ = tr.deadline()
@@ -139,6 +165,10 @@ class Client:
                     status = resp.status
                     if not 200 <= status < 300:
                         outcome, detail = _status_outcome(status), f"HTTP {status}"
+                        if status in (429, 503):
+                            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                        if 300 <= status < 400:
+                            detail += " redirect (not followed)"
                     else:
                         reader = StreamReader(start=tr.ready or tr.issued)
                         outcome, detail = await self._read(resp, reader, tr)
@@ -181,6 +211,7 @@ class Client:
             connection=tr.connection,
             status=status,
             detail=detail[:_DETAIL_MAX],
+            retry_after=retry_after,
         )
 
     async def _read(

@@ -96,6 +96,8 @@ class RequestResult:
     status: int | None
     #: Short, safe description of a failure (never a body, prompt or header).
     detail: str = ""
+    #: Seconds a 429 or 503 asked the client to wait (its Retry-After), else None.
+    retry_after: float | None = None
 
     @property
     def ok(self) -> bool:

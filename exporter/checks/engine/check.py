@@ -323,6 +323,10 @@ class EngineCheck(Check):
             raise ScrapeError(
                 "timeout", f"no complete response within {self.config.timeout:g}s"
             ) from None
+        except aiohttp.TooManyRedirects as exc:
+            # The host answered, so not "connection": the URL needs fixing, not the network.
+            hops = len(exc.history)
+            raise ScrapeError("redirect", f"redirect loop ({hops} redirects)") from None
         except aiohttp.ClientError as exc:
             raise ScrapeError("connection", _connection_detail(exc)) from None
 

@@ -108,6 +108,7 @@ class ProbeMetrics:
         self.cached_tokens = metrics.PROBE_CACHED_PROMPT_TOKENS.counter(registry)
         self.slo_good = metrics.PROBE_SLO_GOOD.counter(registry)
         self.last_success = metrics.PROBE_LAST_SUCCESS.gauge(registry)
+        self.held_off = metrics.PROBE_HELD_OFF.counter(registry)
 
 
 class ProbeCheck(Check):
@@ -136,6 +137,9 @@ class ProbeCheck(Check):
         for outcome in ProbeOutcome:
             m.requests.labels(*self._labels, outcome.value)
         m.slo_good.labels(*self._labels)
+        m.held_off.labels(*self._labels)
+        #: Monotonic time before which the endpoint asked us not to call (Retry-After).
+        self._hold_until = 0.0
         self._client = Client(max_response_bytes=cfg.max_response_bytes, ca_file=cfg.ca_file)
 
     @property
@@ -159,9 +163,15 @@ class ProbeCheck(Check):
         )
 
     async def run(self) -> None:
+        if time.monotonic() < self._hold_until:
+            # Not a failure of this run: the endpoint said when to come back.
+            self._m.held_off.labels(*self._labels).inc()
+            return
         spec = self.request()
         async with self.gate.slot():
             result = await self._client.send(spec, self.timeouts)
+        if result.retry_after is not None:
+            self._hold_until = time.monotonic() + result.retry_after
         self.record(result)
         if not result.ok:
             raise ProbeFailed(f"{result.outcome.value}: {result.detail}")

@@ -835,7 +835,8 @@ PATH_ERRORS = _def(
     Kind.COUNTER,
     "Path check errors by reason. Per burst that could not be sent: permission (no ICMP "
     "socket allowed), resolve (host did not resolve). Per packet, also counted as lost: "
-    "unreachable (no route to the address), refused (TCP reset), send (another send error).",
+    "unreachable (no route to the address), send (another send error). Per packet, counted "
+    "as answered: refused (a TCP reset: the host answered, the port is closed).",
     (*PATH_LABELS, "reason"),
     section="path",
 )

@@ -110,6 +110,8 @@ async def run_burst(
         if not fut.cancelled():  # cancelled: its deadline passed
             if (exc := fut.exception()) is not None:
                 reason = reason_of(exc)
+                if isinstance(exc, Refused):
+                    rtt = rtts[i] = exc.rtt
             else:
                 rtt = rtts[i] = fut.result()
         settled(i, rtt, reason)
@@ -264,13 +266,25 @@ class EchoSocket:
 # --- TCP ----------------------------------------------------------------------------------
 
 
+class Refused(ConnectionRefusedError):
+    """A TCP reset: the host answered (the port is closed), so not a lost packet; ``rtt``
+    is SYN to RST, a round trip like any other."""
+
+    def __init__(self, rtt: float) -> None:
+        super().__init__("connection refused")
+        self.rtt = rtt
+
+
 async def tcp_connect_time(addr: str, port: int) -> float:
-    """SYN to established, in seconds; the connection is closed at once."""
+    """SYN to established (or to the reset), in seconds; the connection is closed at once."""
     loop = asyncio.get_running_loop()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setblocking(False)
         start = time.perf_counter()
-        await loop.sock_connect(sock, (addr, port))
+        try:
+            await loop.sock_connect(sock, (addr, port))
+        except ConnectionRefusedError:
+            raise Refused(time.perf_counter() - start) from None
         return time.perf_counter() - start
 
 

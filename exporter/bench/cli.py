@@ -11,14 +11,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import os
 import sys
 from pathlib import Path
 
-from exporter.bench.compare import compare, differences, load_baseline, render_compare
-from exporter.bench.config import DEFAULT_REQUESTS, BenchError, config_from_args
+from exporter.bench.compare import (
+    check_same_load,
+    compare,
+    differences,
+    load_baseline,
+    render_compare,
+)
+from exporter.bench.config import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_REQUESTS,
+    BenchError,
+    config_from_args,
+)
+from exporter.bench.datasets import DATASETS
+from exporter.bench.models import discover_model
 from exporter.bench.runner import Progress, run_bench
 from exporter.bench.summary import render_summary, report, summarize
 from exporter.commands import AddParser
@@ -42,10 +56,21 @@ EXAMPLES = """examples:
   llm-latency-exporter bench --url https://llm.example.com --model m --api-key-env API_KEY \\
       --prompts prompts.jsonl --requests 100 --concurrency 4
 
+  # no --model: the one model GET /v1/models lists; ShareGPT prompts and reply lengths
+  llm-latency-exporter bench --url http://127.0.0.1:8000 --requests 200 --concurrency 8 \\
+      --dataset-name sharegpt --dataset-path ShareGPT_V3_unfiltered_cleaned_split.json
+
+  # synthetic prompts by name, and the percentiles to report
+  llm-latency-exporter bench --url http://127.0.0.1:8000 --model m --dataset-name random \\
+      --prompt-tokens 1024 --percentiles 50,90,99,99.9
+
   # after the change: fail (exit 1) if a p50/p95 latency or a throughput got 20% worse
   llm-latency-exporter bench --url http://127.0.0.1:8000 --model m --requests 200 \\
       --concurrency 8 --prompt-tokens 512 --max-tokens 128 --json after.json \\
       --compare before.json --max-regression 0.2
+
+  (--compare refuses a baseline run at another --concurrency or --rate unless
+  --allow-different-load)
 
 exit status: 0 done; 1 --compare found a regression past --max-regression;
              2 bad flags or inputs; 3 no request succeeded
@@ -56,8 +81,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
         baseline = load_baseline(cfg.compare_path) if cfg.compare_path else None
+        if baseline is not None and not cfg.allow_different_load:
+            assert cfg.compare_path is not None
+            check_same_load(cfg.compare_path, baseline.get("config", {}), cfg.describe())
         if cfg.json_path is not None:
             _check_writable(cfg.json_path)
+        if cfg.model is None:
+            # Last, so a bad flag is reported without a network round trip.
+            model = discover_model(cfg.url, cfg.api_key, cfg.ca_file, cfg.timeouts.connect)
+            cfg = dataclasses.replace(cfg, model=model)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -72,7 +104,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    summary = summarize(run.records, run.duration, cfg.slo_ttft, cfg.slo_tpot)
+    summary = summarize(run.records, run.duration, cfg.slo_ttft, cfg.slo_tpot, cfg.percentiles)
     print(render_summary(cfg, summary))
     if cfg.json_path is not None:
         doc = report(cfg, run, summary)
@@ -81,7 +113,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if baseline is not None:
         assert cfg.compare_path is not None
         changes = compare(
-            baseline["summary"], summary, cfg.max_regression, cfg.regression_floor
+            baseline["summary"], summary, cfg.max_regression, cfg.regression_floor,
+            cfg.percentiles,
         )
         print()
         print(differences(baseline.get("config", {}), cfg.describe()), end="")
@@ -108,7 +141,8 @@ def register(add: AddParser) -> None:
     )
     # Values are parsed here, not by argparse types, so every bad value is one line, exit 2.
     p.add_argument("--url", help="endpoint URL, or a base URL to which the API path is added")
-    p.add_argument("--model", help="served model name")
+    p.add_argument("--model", help="served model name (default: the one model GET /v1/models "
+                   "lists; an error if it lists none or several)")
     p.add_argument("--api", choices=("chat", "completions"), default="chat",
                    help="API (default: %(default)s)")
     p.add_argument("--api-key-env", metavar="NAME",
@@ -122,13 +156,19 @@ def register(add: AddParser) -> None:
     load.add_argument("--concurrency", metavar="C", help="requests in flight (default 1)")
     load.add_argument("--rate", metavar="R", help="Poisson arrivals, requests per second")
     shape = p.add_argument_group("request shape (N, or LO-HI for uniform)")
-    shape.add_argument("--max-tokens", default="128", metavar="T",
-                       help="output length limit (default %(default)s)")
+    shape.add_argument("--max-tokens", metavar="T",
+                       help=f"output length limit (default {DEFAULT_MAX_TOKENS}; with "
+                       "--dataset-name sharegpt, each reply's estimated length)")
     shape.add_argument("--prompt-tokens", default="256", metavar="N",
                        help="synthetic prompt length in tokens, approximate (default %(default)s)")
     shape.add_argument("--prompts", metavar="FILE.jsonl",
                        help='prompts, one {"prompt": "...", "max_tokens": N} per line, '
                        "used in order and sent as they are")
+    shape.add_argument("--dataset-name", metavar="NAME",
+                       help=f"where prompts come from, as vllm bench serve: {', '.join(DATASETS)}"
+                       " (default random: synthetic prompts of --prompt-tokens)")
+    shape.add_argument("--dataset-path", metavar="FILE",
+                       help="the dataset file: ShareGPT JSON for sharegpt, JSONL for jsonl")
     shape.add_argument("--ignore-eos", action="store_true",
                        help="ask the server to generate max_tokens (vLLM/SGLang ignore_eos)")
     shape.add_argument("--seed", default="0", help="seed for lengths and filler words")
@@ -147,6 +187,10 @@ def register(add: AddParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the summary and every request")
     out.add_argument("--compare", metavar="BASELINE.json", help="compare with a saved --json run")
+    out.add_argument("--allow-different-load", action="store_true",
+                     help="--compare even when the baseline ran at another concurrency or rate")
+    out.add_argument("--percentiles", metavar="LIST",
+                     help="reported percentiles, e.g. 50,90,99,99.9 (default 50,90,95,99)")
     out.add_argument("--max-regression", default="0.2", metavar="RATIO",
                      help="--compare exits 1 past this relative change (default %(default)s)")
     out.add_argument("--regression-floor", default="1ms", metavar="D",

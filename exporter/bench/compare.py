@@ -5,22 +5,25 @@ regressed past ``--max-regression``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.bench.config import BenchError
+from exporter.bench.config import DEFAULT_PERCENTILES, BenchError, percentile_key
 from exporter.bench.summary import FORMAT, LATENCIES, format_ms
 
-#: Percentiles --compare gates on: the median and the tail. p90/p99 of a short run move
-#: too much between identical runs to fail a build on.
+#: Percentiles --compare gates on, when the run reports them: the median and the tail.
+#: p90/p99 of a short run move too much between identical runs to fail a build on.
 GATED_PERCENTILES = ("p50", "p95")
+#: What a load is, for refusing to compare runs under different ones.
+LOAD_KEYS = ("concurrency", "rate")
 
 
 @dataclass(frozen=True)
 class Change:
     metric: str
+    unit: str
     baseline: float | None
     current: float | None
     higher_is_worse: bool
@@ -34,33 +37,44 @@ class Change:
         return (self.current - self.baseline) / self.baseline
 
 
-def _metric_rows(summary: dict[str, Any]) -> list[tuple[str, float | None, bool, bool]]:
-    """(name, value, higher_is_worse, gated) for every compared metric."""
-    rows: list[tuple[str, float | None, bool, bool]] = []
+Row = tuple[str, str, float | None, bool, bool]
+
+
+def _metric_rows(summary: dict[str, Any], percentiles: Sequence[float]) -> list[Row]:
+    """(name, unit, value, higher_is_worse, gated) for every compared metric."""
+    rows: list[Row] = []
     for key in LATENCIES:
         d = summary.get("latency", {}).get(key)
-        for p in ("p50", "p90", "p95", "p99"):
-            rows.append((f"{key[:-2]} {p}", d.get(p) if d else None, True,
+        for q in percentiles:
+            p = percentile_key(q)
+            rows.append((f"{key[:-2]} {p}", "ms", d.get(p) if d else None, True,
                          p in GATED_PERCENTILES))
     goodput = summary.get("goodput") or {}
     rows += [
-        ("request throughput", summary.get("request_throughput"), False, True),
-        ("output token throughput", summary.get("output_token_throughput"), False, True),
-        ("goodput ratio", goodput.get("ratio"), False, True),
-        ("success ratio", summary.get("success_ratio"), False, True),
+        ("request throughput", "req/s", summary.get("request_throughput"), False, True),
+        ("output token throughput", "tok/s", summary.get("output_token_throughput"), False,
+         True),
+        ("goodput", "req/s", goodput.get("per_s"), False, False),
+        ("goodput ratio", "%", goodput.get("ratio"), False, True),
+        ("success ratio", "%", summary.get("success_ratio"), False, True),
     ]
     return rows
 
 
 def compare(
-    baseline: dict[str, Any], current: dict[str, Any], max_regression: float, floor: float
+    baseline: dict[str, Any],
+    current: dict[str, Any],
+    max_regression: float,
+    floor: float,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
 ) -> list[Change]:
-    """Each metric's change; a gated one regresses past ``max_regression`` (relative), and a
-    latency must also have moved by more than ``floor`` seconds (sub-millisecond jitter on a
-    fast metric is not a regression)."""
-    base = {name: value for name, value, _, _ in _metric_rows(baseline)}
+    """Each metric's change, for the current run's percentiles (a percentile the baseline
+    did not report shows as -); a gated one regresses past ``max_regression`` (relative),
+    and a latency must also have moved by more than ``floor`` seconds (sub-millisecond
+    jitter on a fast metric is not a regression)."""
+    base = {row[0]: row[2] for row in _metric_rows(baseline, percentiles)}
     out: list[Change] = []
-    for name, value, worse_up, gated in _metric_rows(current):
+    for name, unit, value, worse_up, gated in _metric_rows(current, percentiles):
         b = base.get(name)
         regression = False
         if gated and b is not None and value is not None and b > 0:
@@ -69,26 +83,32 @@ def compare(
                 regression = rel > max_regression and value - b > floor
             else:
                 regression = -rel > max_regression
-        out.append(Change(name, b, value, worse_up, gated, regression))
+        out.append(Change(name, unit, b, value, worse_up, gated, regression))
     return out
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A compared value with its unit, so no row is a bare number."""
+    if value is None:
+        return "-"
+    if unit == "ms":
+        return f"{format_ms(value)} ms"
+    if unit == "%":
+        return f"{value:.1%}"
+    return f"{value:.2f} {unit}"
 
 
 def render_compare(changes: list[Change], path: str, max_regression: float) -> str:
     lines = [
-        f"compared with {path} (gated: p50/p95 latencies, throughput, goodput, success; "
-        f"max regression {max_regression:.0%})",
-        f"{'metric':<26}{'baseline':>12}{'current':>12}{'change':>10}",
+        f"compared with {path} (gated: p50/p95 latencies, throughput, goodput ratio, "
+        f"success; max regression {max_regression:.0%})",
+        f"{'metric':<26}{'baseline':>16}{'current':>16}{'change':>10}",
     ]
     for c in changes:
-        latency = c.higher_is_worse
-        fmt: Callable[[float | None], str] = (
-            (lambda v: format_ms(v) + " ms")
-            if latency
-            else (lambda v: "-" if v is None else f"{v:.3f}")
-        )
+        base, cur = format_value(c.baseline, c.unit), format_value(c.current, c.unit)
         change = "-" if c.change is None else f"{c.change:+.1%}"
         flag = "  REGRESSION" if c.regression else ("" if c.gated else "  (not gated)")
-        lines.append(f"{c.metric:<26}{fmt(c.baseline):>12}{fmt(c.current):>12}{change:>10}{flag}")
+        lines.append(f"{c.metric:<26}{base:>16}{cur:>16}{change:>10}{flag}")
     bad = [c.metric for c in changes if c.regression]
     lines.append(
         f"regressions past {max_regression:.0%}: {', '.join(bad)}" if bad else "no regression"
@@ -109,8 +129,28 @@ def load_baseline(path: str) -> dict[str, Any]:
     return data
 
 
+def describe_load(config: dict[str, Any]) -> str:
+    if config.get("concurrency") is not None:
+        return f"concurrency {config['concurrency']}"
+    if config.get("rate") is not None:
+        return f"rate {config['rate']:g} req/s"
+    return "an unknown load"
+
+
+def check_same_load(path: str, base: dict[str, Any], cur: dict[str, Any]) -> None:
+    """Latency under concurrency 8 against concurrency 1 (or a rate against a concurrency)
+    measures the load change, not the code change: refuse unless told otherwise."""
+    if any(base.get(k) != cur.get(k) for k in LOAD_KEYS):
+        raise BenchError(
+            f"--compare {path}: the baseline ran at {describe_load(base)}, this run at "
+            f"{describe_load(cur)}; give the same load, or --allow-different-load"
+        )
+
+
 def differences(base: dict[str, Any], cur: dict[str, Any]) -> str:
     keys = ("url", "model", "api", "concurrency", "rate", "max_tokens", "prompt_tokens",
-            "prompts")
-    diffs = [f"{k} {base.get(k)!r} -> {cur.get(k)!r}" for k in keys if base.get(k) != cur.get(k)]
+            "prompts", "dataset")
+    # A key the baseline lacks comes from an older version: not a difference in the runs.
+    diffs = [f"{k} {base.get(k)!r} -> {cur.get(k)!r}" for k in keys
+             if k in base and base.get(k) != cur.get(k)]
     return f"note: the runs differ in {'; '.join(diffs)}\n" if diffs else ""

@@ -6,7 +6,6 @@ request is sent.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
@@ -15,14 +14,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from exporter.bench.datasets import FilePrompt, load_dataset
+from exporter.bench.errors import BenchError as BenchError
 from exporter.config.values import parse_duration
 from exporter.probing.request import Api, Timeouts, endpoint_url, target_of
 
 DEFAULT_REQUESTS = 50
-
-
-class BenchError(Exception):
-    """A bad flag or input: one line for the user, exit 2."""
+DEFAULT_MAX_TOKENS = "128"
+#: The percentiles reported without --percentiles (their JSON keys p50..p99 are stable).
+DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99)
 
 
 @dataclass(frozen=True)
@@ -52,44 +52,11 @@ class Lengths:
         return str(self.lo) if self.lo == self.hi else f"{self.lo}-{self.hi}"
 
 
-@dataclass(frozen=True)
-class FilePrompt:
-    prompt: str
-    max_tokens: int | None
-
-
-def load_prompts(path: str) -> list[FilePrompt]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise BenchError(f"--prompts {path}: cannot read: {why}") from None
-    prompts: list[FilePrompt] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            raise BenchError(f"--prompts {path} line {n}: not a JSON object") from None
-        prompt = obj.get("prompt") if isinstance(obj, dict) else None
-        if not isinstance(prompt, str) or not prompt:
-            raise BenchError(f'--prompts {path} line {n}: expected {{"prompt": "..."}}')
-        max_tokens = obj.get("max_tokens")
-        if max_tokens is not None and (
-            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
-        ):
-            raise BenchError(f"--prompts {path} line {n}: max_tokens must be a positive integer")
-        prompts.append(FilePrompt(prompt, max_tokens))
-    if not prompts:
-        raise BenchError(f"--prompts {path}: no prompts in the file")
-    return prompts
-
-
 @dataclass
 class BenchConfig:
     url: str
-    model: str
+    #: None until cli.py asks the server (--model omitted).
+    model: str | None
     api: Api
     requests: int | None
     duration: float | None
@@ -111,6 +78,10 @@ class BenchConfig:
     compare_path: str | None = None
     max_regression: float = 0.2
     regression_floor: float = 0.001
+    dataset: str = "random"
+    dataset_skipped: int = 0
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    allow_different_load: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The run's settings for the JSON file (no key, no credentials in the URL)."""
@@ -126,6 +97,8 @@ class BenchConfig:
             "max_tokens": str(self.max_tokens),
             "prompt_tokens": None if self.prompts else str(self.prompt_tokens),
             "prompts": self.prompts_path,
+            "dataset": self.dataset,
+            "percentiles": list(self.percentiles),
             "timeouts_s": {
                 "connect": self.timeouts.connect,
                 "first_token": self.timeouts.first_token,
@@ -175,8 +148,6 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     parts = urlsplit(args.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BenchError(f"--url: expected an http:// or https:// URL, got {args.url!r}")
-    if not args.model:
-        raise BenchError("--model is required (the served model name)")
     if args.requests is not None and args.duration is not None:
         raise BenchError("give --requests or --duration, not both")
     if args.concurrency is not None and args.rate is not None:
@@ -202,19 +173,28 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         raise BenchError(f"--ca-file: {args.ca_file} does not exist")
     if args.compare is not None and not Path(args.compare).is_file():
         raise BenchError(f"--compare: {args.compare} does not exist")
-    prompts = load_prompts(args.prompts) if args.prompts is not None else None
+    fixed_max_tokens = args.max_tokens is not None
+    dataset, dataset_path, data = load_dataset(
+        args.dataset_name, args.dataset_path, args.prompts, fixed_max_tokens
+    )
     return BenchConfig(
         url=endpoint_url(args.url, args.api),
-        model=args.model,
+        model=args.model or None,
         api=args.api,
         requests=requests,
         duration=duration,
         concurrency=concurrency,
         rate=rate,
-        max_tokens=Lengths.parse("--max-tokens", args.max_tokens, 1_000_000),
+        max_tokens=Lengths.parse(
+            "--max-tokens", args.max_tokens or DEFAULT_MAX_TOKENS, 1_000_000
+        ),
         prompt_tokens=Lengths.parse("--prompt-tokens", args.prompt_tokens, 10_000_000),
-        prompts=prompts,
-        prompts_path=args.prompts,
+        prompts=data.prompts if data is not None else None,
+        prompts_path=dataset_path,
+        dataset=dataset,
+        dataset_skipped=data.skipped if data is not None else 0,
+        percentiles=parse_percentiles(args.percentiles),
+        allow_different_load=args.allow_different_load,
         timeouts=Timeouts(
             connect=_duration("--timeout-connect", args.timeout_connect),
             first_token=_duration("--timeout-first-token", args.timeout_first_token),
@@ -239,3 +219,28 @@ def _seed(text: str) -> int:
         return int(text)
     except ValueError:
         raise BenchError(f"--seed: expected an integer, got {text!r}") from None
+
+
+def parse_percentiles(text: str | None) -> tuple[float, ...]:
+    """``50,90,99,99.9`` -> sorted, distinct percentiles, each strictly between 0 and 100
+    (p0 and p100 are min and max, which the table shows anyway)."""
+    if text is None:
+        return DEFAULT_PERCENTILES
+    values: set[float] = set()
+    for part in text.split(","):
+        try:
+            q = float(part)
+        except ValueError:
+            q = math.nan
+        if not 0 < q < 100:
+            raise BenchError(
+                f"--percentiles: expected numbers between 0 and 100 (exclusive) separated by "
+                f"commas, like 50,90,99,99.9; got {text!r}"
+            )
+        values.add(q)
+    return tuple(sorted(values))
+
+
+def percentile_key(q: float) -> str:
+    """The JSON key of a percentile: p50, p99, p99.9 (``:g`` keeps the defaults' keys)."""
+    return f"p{q:g}"

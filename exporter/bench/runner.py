@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from exporter.bench.config import BenchConfig
+from exporter.bench.failures import ERROR_BODY_BYTES, record_detail
 from exporter.bench.workload import RequestSource
 from exporter.probing.client import Client
 from exporter.probing.request import RequestResult
@@ -74,7 +75,7 @@ def to_record(i: int, max_tokens: int, res: RequestResult, origin: float) -> dic
         "connection": res.connection,
         "outcome": res.outcome.value,
         "status": res.status,
-        "detail": res.detail,
+        "detail": record_detail(res.detail, res.error_body),
         "ttft_s": s.ttft if s else None,
         "ttfc_s": s.ttfc if s else None,
         "tpot_s": s.tpot if s else None,
@@ -105,6 +106,8 @@ async def run_bench(cfg: BenchConfig, progress: Progress) -> RunResult:
         limit=cfg.concurrency or 0,  # rate mode: no client-side queue hiding server latency
         max_response_bytes=MAX_RESPONSE_BYTES,
         ca_file=cfg.ca_file,
+        # The server's error message is what a failed run's report most needs.
+        error_body_bytes=ERROR_BODY_BYTES,
     )
     records: list[dict[str, Any]] = []
     issued = 0

@@ -20,6 +20,7 @@ class RequestSource:
 
     def spec(self, i: int) -> RequestSpec:
         cfg = self._cfg
+        assert cfg.model is not None, "cli.py resolves the model before the run"
         if cfg.prompts:
             item = cfg.prompts[i % len(cfg.prompts)]
             prompt = item.prompt

@@ -35,6 +35,9 @@ from exporter.probing.timing import (
 #: After [DONE], how long to wait for the end of the HTTP body so the connection can be
 #: reused; a server that keeps the stream open longer just loses the connection.
 DRAIN_GRACE = 0.5
+#: How long an error body may take to arrive (bench only): its status is already known, so
+#: a server that stalls mid-body costs this much of a worker's time, not a timeout's worth.
+ERROR_BODY_GRACE = 1.0
 #: aiohttp's default 64 KiB read buffer stalls fast streams under load (sglang raised it to
 #: 10 MiB for the same reason); reads are bounded by max_response_bytes anyway.
 READ_BUFSIZE = 1 << 20
@@ -104,6 +107,7 @@ class Client:
         keepalive: float = 2.5,
         max_response_bytes: int = 4 * 1024 * 1024,
         ca_file: str | None = None,
+        error_body_bytes: int = 0,
     ) -> None:
         self._limit = limit
         # Below vLLM's 5 s server keep-alive, so the client never reuses a socket the server
@@ -111,6 +115,7 @@ class Client:
         self._keepalive = keepalive
         self._max_bytes = max_response_bytes
         self._ca_file = ca_file
+        self._error_body_bytes = error_body_bytes
         self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | None = None
 
@@ -150,6 +155,7 @@ class Client:
         retry_after: float | None = None
         outcome: ProbeOutcome | None = None
         detail = ""
+        error_body: bytes | None = None
         deadline, _ = tr.deadline()
         try:
             async with asyncio.timeout_at(deadline) as cm:
@@ -169,12 +175,16 @@ class Client:
                             retry_after = parse_retry_after(resp.headers.get("Retry-After"))
                         if 300 <= status < 400:
                             detail += " redirect (not followed)"
+                        if self._error_body_bytes:
+                            error_body = await _read_prefix(resp, self._error_body_bytes)
                     else:
                         reader = StreamReader(start=tr.ready or tr.issued)
                         outcome, detail = await self._read(resp, reader, tr)
         except TimeoutError:
             if reader is not None and reader.finished:
                 outcome = None  # the stream had ended; only the drain ran late
+            elif outcome is not None and reader is None:
+                pass  # an error status had come; only reading its body ran late
             else:
                 outcome = tr.deadline()[1]
                 detail = f"no {_WAITING[outcome]} within {_limit(timeouts, outcome):g}s"
@@ -212,6 +222,7 @@ class Client:
             status=status,
             detail=detail[:_DETAIL_MAX],
             retry_after=retry_after,
+            error_body=error_body,
         )
 
     async def _read(
@@ -250,6 +261,19 @@ class Client:
         finally:
             if arrivals is not None:
                 arrivals.remove()
+
+
+async def _read_prefix(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of an error response, what arrived within ERROR_BODY_GRACE;
+    None if nothing could be read (the status alone is then the detail)."""
+    data = b""
+    try:
+        async with asyncio.timeout(ERROR_BODY_GRACE):
+            while len(data) < limit and (chunk := await resp.content.read(limit - len(data))):
+                data += chunk
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return data or None
+    return data
 
 
 _WAITING = {

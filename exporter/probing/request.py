@@ -98,6 +98,9 @@ class RequestResult:
     detail: str = ""
     #: Seconds a 429 or 503 asked the client to wait (its Retry-After), else None.
     retry_after: float | None = None
+    #: The first bytes of a non-2xx response body, only for a client built with
+    #: ``error_body_bytes`` (bench shows the server's message; probes never keep it).
+    error_body: bytes | None = None
 
     @property
     def ok(self) -> bool:

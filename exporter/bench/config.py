@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from exporter import redact
 from exporter.bench.datasets import FilePrompt, load_dataset
 from exporter.bench.errors import BenchError as BenchError
 from exporter.config.values import parse_duration
@@ -169,6 +170,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
             raise BenchError(f"--api-key-env: environment variable {args.api_key_env} is not set")
+        redact.remember([api_key])  # a server may echo it back into an error
     if args.ca_file is not None and not Path(args.ca_file).is_file():
         raise BenchError(f"--ca-file: {args.ca_file} does not exist")
     if args.compare is not None and not Path(args.compare).is_file():

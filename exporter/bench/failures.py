@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from exporter import redact
 from exporter.metrics import ProbeOutcome
 
 #: How much of an error body the client keeps: every error JSON we know fits in it.
@@ -53,7 +54,7 @@ def server_message(body: bytes) -> str:
 def record_detail(detail: str, error_body: bytes | None) -> str:
     """A request's detail with the server's message appended when it sent one."""
     message = server_message(error_body) if error_body else ""
-    return f"{detail}: {message}" if message else detail
+    return redact.text(f"{detail}: {message}" if message else detail)
 
 
 def failures(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

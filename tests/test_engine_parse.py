@@ -37,7 +37,9 @@ def test_vllm_fixture_equals_source_bucket_by_bucket() -> None:
     oracle_text = "\n".join(line for line in text.splitlines() if ",...}" not in line)
     snap = parse(text.encode(), "vllm")
     assert_same(snapshot_samples(snap), expected_samples(oracle_text, "vllm", "t"))
-    assert snap.models == (MODEL,)
+    # Block 4 (docs/usage/metrics.md) is another server's vllm:iteration_tokens_total, now
+    # read as llm_engine_step_tokens.
+    assert set(snap.models) == {MODEL, "unsloth/Llama-3.2-1B-Instruct"}
     ttft = one(snap, metrics.ENGINE_TTFT)
     assert isinstance(ttft, HistogramValue)
     # The doc sample has _count but no +Inf bucket and no _sum: +Inf is restored from
@@ -331,19 +333,22 @@ def _render(rows: list[Source], models: list[str]) -> tuple[str, dict[SampleKey,
     for i, src in enumerate(rows):
         back = {norm: source for source, norm in src.labels.items()}
         ranks = ["0", "1"] if "dp_rank" in back else [""]
-        reasons = ["stop", "length"] if "finished_reason" in back else [""]
+        # A label beyond model and dp_rank (finished_reason, reason, source): two values.
+        extra = next((n for n in src.target.labels if n not in metrics.ENGINE_SERIES_LABELS),
+                     "finished_reason")
+        reasons = ["stop", "length"] if extra in back else [""]
         lines.append(f"# TYPE {src.name} {src.kind}")
         for j, (model, rank, reason) in enumerate(
             (m, r, f) for m in models for r in ranks for f in reasons
         ):
             norm = {"model": model, "dp_rank": rank}
             if reason:
-                norm["finished_reason"] = reason
+                norm[extra] = reason
             source = {back[k]: v for k, v in norm.items() if k in back and v}
             source.update(src.match)
             labels = {"target": "t", "engine": src.engine, **norm}
-            if "finished_reason" in src.target.labels and not reason:
-                labels["finished_reason"] = ""
+            if extra in src.target.labels and not reason:
+                labels[extra] = ""
 
             base = 100.0 * i + j + 0.25
             if src.kind is metrics.Kind.HISTOGRAM:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from exporter import metrics
-from exporter.checks.engine import table
+from exporter.checks.engine import table, unmapped
 from tests.support import ROOT
 
 DOC = ROOT / "docs" / "metrics.md"
@@ -69,3 +69,19 @@ def test_engine_mapping_table_mirrors_the_code() -> None:
     assert len([line for line in block.splitlines() if line.startswith("| `")]) == len(
         table.SOURCES
     )
+
+
+def test_unmapped_list_mirrors_the_code() -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    assert unmapped.DOC_BEGIN in doc and unmapped.DOC_END in doc
+    assert unmapped.replace_doc_block(doc) == doc, (
+        "docs/metrics.md 'Deliberately not mapped' list differs from "
+        "exporter/checks/engine/unmapped.py; regenerate with: "
+        ".venv/bin/python -m exporter.checks.engine.unmapped docs/metrics.md"
+    )
+
+
+def test_no_family_is_both_mapped_and_unmapped() -> None:
+    mapped = {(s.engine, s.name) for s in table.SOURCES}
+    listed = {(u.engine, u.name) for u in unmapped.UNMAPPED}
+    assert mapped & listed == set()

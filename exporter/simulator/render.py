@@ -15,7 +15,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from exporter import metrics
 from exporter.checks.engine.table import Source, sources_for
+from exporter.checks.engine.unmapped import Unmapped, unmapped_for
 from exporter.metrics import Kind
 from exporter.simulator.stats import Histogram, Store, Value
 
@@ -83,7 +85,33 @@ def _families(store: Store, fmt: str, hidden: frozenset[str]) -> list[_Family]:
             fam.series[key] = (
                 converted if previous is None else _combine(source.kind, previous, converted)
             )
+    for row in unmapped_for(fmt):
+        families[row.name] = _unmapped(store, row)
     return list(families.values())
+
+
+#: Normalized labels the unmapped families' engine labels come from (vLLM's names).
+_FILL = {"model_name": "model", "engine": "dp_rank"}
+
+
+def _unmapped(store: Store, row: Unmapped) -> _Family:
+    """A family the exporter leaves out, with the engine's label names and pre-created
+    values: its value is a placeholder (0; 1 for info gauges and the current state)."""
+    fam = _Family(row.name, row.kind, f"Not mapped by the exporter: {row.why}.", {})
+    for norm_labels in store.series(metrics.ENGINE_REQUESTS_RUNNING.name):
+        norm = dict(norm_labels)
+        combos: list[dict[str, str]] = [{}]
+        for label in row.labels:
+            choices = row.values.get(label) or (norm.get(_FILL.get(label, ""), ""),)
+            combos = [{**c, label: v} for c in combos for v in choices]
+        for labels in combos:
+            first = all(labels[k] == v[0] for k, v in row.values.items())
+            value: Value = (
+                Histogram(()) if row.kind is Kind.HISTOGRAM
+                else float(row.kind is Kind.GAUGE and first)
+            )
+            fam.series[tuple(labels.items())] = value
+    return fam
 
 
 def _num(x: float) -> str:

@@ -38,7 +38,21 @@ SGLANG_QUEUE = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0
                 400.0, 500.0, 600.0, 700.0, 800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0,
                 1800.0, 2000.0, 2500.0, 3000.0)
 
+#: vLLM's build_1_2_5_buckets(max_model_len) for per-request token counts.
+VLLM_TOKENS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0)
+VLLM_STEP_TOKENS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+                    8192.0, 16384.0)
+#: What the estimated-work counters assume: an 8B-parameter model in bf16 (Llama-3-8B's KV
+#: is 32 layers x 8 KV heads x 128 x 2 (K and V) x 2 bytes per token).
+MODEL_PARAMS = 8e9
+PARAM_BYTES = 2 * MODEL_PARAMS
+KV_BYTES_PER_TOKEN = 131072.0
+
 _VLLM = {
+    m.ENGINE_INFERENCE_TIME.name: VLLM_REQUEST,
+    m.ENGINE_REQUEST_PROMPT_TOKENS.name: VLLM_TOKENS,
+    m.ENGINE_REQUEST_GENERATION_TOKENS.name: VLLM_TOKENS,
+    m.ENGINE_STEP_TOKENS.name: VLLM_STEP_TOKENS,
     m.ENGINE_TTFT.name: VLLM_TTFT,
     m.ENGINE_ITL.name: VLLM_ITL,
     m.ENGINE_E2E.name: VLLM_REQUEST,
@@ -137,6 +151,10 @@ COUNTERS = (
     m.ENGINE_COMPUTE_DURATION,
     m.ENGINE_REQUESTS_SUCCEEDED,
     m.ENGINE_REQUESTS_FAILED,
+    m.ENGINE_PROMPT_TOKENS_CACHED,
+    m.ENGINE_ESTIMATED_READ_BYTES,
+    m.ENGINE_ESTIMATED_WRITE_BYTES,
+    m.ENGINE_ESTIMATED_FLOPS,
 )
 HISTOGRAMS = (
     m.ENGINE_TTFT,
@@ -145,6 +163,10 @@ HISTOGRAMS = (
     m.ENGINE_QUEUE_TIME,
     m.ENGINE_PREFILL_TIME,
     m.ENGINE_DECODE_TIME,
+    m.ENGINE_INFERENCE_TIME,
+    m.ENGINE_REQUEST_PROMPT_TOKENS,
+    m.ENGINE_REQUEST_GENERATION_TOKENS,
+    m.ENGINE_STEP_TOKENS,
 )
 
 
@@ -165,11 +187,22 @@ class EngineStats:
         # vLLM pre-creates every finish reason (vllm/v1/engine FINISH_REASON_STRINGS).
         for reason in m.ENGINE_FINISH_REASONS:
             store.add(m.ENGINE_REQUESTS_FINISHED, self._reason(reason), 0.0)
+        for source in m.ENGINE_PROMPT_SOURCES:
+            store.add(m.ENGINE_PROMPT_TOKENS_BY_SOURCE, self._source(source), 0.0)
+        # The simulator has no admission limit: vLLM's pre-created zeros.
+        for reason in m.ENGINE_ADMISSION_REASONS:
+            store.add(m.ENGINE_ADMISSION_REJECTIONS, self._with(reason=reason), 0.0)
         for family in HISTOGRAMS:
             self._hist(family)
 
     def _reason(self, reason: str) -> Labels:
         return labels_of(self._model, self._dp_rank, finished_reason=reason)
+
+    def _source(self, source: str) -> Labels:
+        return labels_of(self._model, self._dp_rank, source=source)
+
+    def _with(self, **extra: str) -> Labels:
+        return labels_of(self._model, self._dp_rank, **extra)
 
     def _hist(self, family: m.Family) -> Histogram:
         return self.store.histogram(family.name, self.labels, self._buckets[family.name])
@@ -183,7 +216,22 @@ class EngineStats:
         self.store.add(m.ENGINE_PREEMPTIONS, self.labels)
 
     def prompt_done(self, seq: Sequence) -> None:
-        self.store.add(m.ENGINE_PROMPT_TOKENS, self.labels, len(seq.prompt))
+        prompt = len(seq.prompt)
+        cached = min(seq.cached_tokens or 0, prompt)
+        self.store.add(m.ENGINE_PROMPT_TOKENS, self.labels, prompt)
+        self.store.add(m.ENGINE_PROMPT_TOKENS_CACHED, self.labels, cached)
+        self.store.add(m.ENGINE_PROMPT_TOKENS_BY_SOURCE, self._source("local_cache_hit"), cached)
+        self.store.add(
+            m.ENGINE_PROMPT_TOKENS_BY_SOURCE, self._source("local_compute"), prompt - cached
+        )
+
+    def stepped(self, tokens: int, context: int) -> None:
+        self._hist(m.ENGINE_STEP_TOKENS).observe(tokens)
+        # Every step reads the weights and the KV of its context, and writes its new KV.
+        self.store.add(m.ENGINE_ESTIMATED_FLOPS, self.labels, 2 * MODEL_PARAMS * tokens)
+        self.store.add(m.ENGINE_ESTIMATED_READ_BYTES, self.labels,
+                       PARAM_BYTES + KV_BYTES_PER_TOKEN * context)
+        self.store.add(m.ENGINE_ESTIMATED_WRITE_BYTES, self.labels, KV_BYTES_PER_TOKEN * tokens)
 
     def output(self, seq: Sequence, count: int, interval: float | None) -> None:
         self.store.add(m.ENGINE_GENERATION_TOKENS, self.labels, count)
@@ -205,6 +253,9 @@ class EngineStats:
         self._hist(m.ENGINE_QUEUE_TIME).observe(queue)
         self._hist(m.ENGINE_PREFILL_TIME).observe(seq.first_token_ts - seq.scheduled_ts)
         self._hist(m.ENGINE_DECODE_TIME).observe(seq.last_token_ts - seq.first_token_ts)
+        self._hist(m.ENGINE_INFERENCE_TIME).observe(inference)
+        self._hist(m.ENGINE_REQUEST_PROMPT_TOKENS).observe(len(seq.prompt))
+        self._hist(m.ENGINE_REQUEST_GENERATION_TOKENS).observe(len(seq.output))
         self.store.add(m.ENGINE_REQUESTS_FINISHED, self._reason(seq.finish_reason))
         self.store.add(m.ENGINE_REQUESTS_SUCCEEDED, self.labels)
         self.store.add(m.ENGINE_QUEUE_DURATION, self.labels, queue)
@@ -221,6 +272,10 @@ class EngineStats:
     def sample(self, engine: Engine) -> None:
         self.store.set(m.ENGINE_REQUESTS_RUNNING, self.labels, len(engine.running))
         self.store.set(m.ENGINE_REQUESTS_WAITING, self.labels, len(engine.waiting))
+        # Every simulated wait is for room in the batch or the KV cache.
+        self.store.set(m.ENGINE_REQUESTS_WAITING_BY_REASON, self._with(reason="capacity"),
+                       len(engine.waiting))
+        self.store.set(m.ENGINE_REQUESTS_WAITING_BY_REASON, self._with(reason="deferred"), 0)
         self.store.set(
             m.ENGINE_KV_CACHE_USAGE, self.labels, engine.used_blocks() / engine.config.kv_blocks
         )

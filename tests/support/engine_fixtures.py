@@ -61,6 +61,27 @@ ORACLE: dict[str, list[Rule]] = {
         Rule("vllm:request_success_total", "llm_engine_requests_finished_total"),
         *_hist("vllm:time_to_first_token_seconds", "llm_engine_time_to_first_token_seconds"),
         *_hist("vllm:e2e_request_latency_seconds", "llm_engine_e2e_request_latency_seconds"),
+        *_hist("vllm:iteration_tokens_total", "llm_engine_step_tokens"),
+        # Families of vLLM 0.32 (vllm-0.32.0-cpu-metrics.txt).
+        Rule("vllm:num_requests_waiting_by_reason", "llm_engine_requests_waiting_by_reason"),
+        Rule("vllm:prefix_cache_queries_total", "llm_engine_prefix_cache_queries_total"),
+        Rule("vllm:prefix_cache_hits_total", "llm_engine_prefix_cache_hits_total"),
+        Rule("vllm:num_preemptions_total", "llm_engine_preemptions_total"),
+        Rule("vllm:prompt_tokens_cached_total", "llm_engine_prompt_tokens_cached_total"),
+        Rule("vllm:prompt_tokens_by_source_total", "llm_engine_prompt_tokens_by_source_total"),
+        Rule("vllm:admission_rejections_total", "llm_engine_admission_rejections_total"),
+        Rule("vllm:estimated_read_bytes_per_gpu_total",
+             "llm_engine_estimated_read_bytes_per_gpu_total"),
+        Rule("vllm:estimated_write_bytes_per_gpu_total",
+             "llm_engine_estimated_write_bytes_per_gpu_total"),
+        Rule("vllm:estimated_flops_per_gpu_total", "llm_engine_estimated_flops_per_gpu_total"),
+        *_hist("vllm:inter_token_latency_seconds", "llm_engine_inter_token_latency_seconds"),
+        *_hist("vllm:request_queue_time_seconds", "llm_engine_queue_time_seconds"),
+        *_hist("vllm:request_prefill_time_seconds", "llm_engine_prefill_time_seconds"),
+        *_hist("vllm:request_decode_time_seconds", "llm_engine_decode_time_seconds"),
+        *_hist("vllm:request_inference_time_seconds", "llm_engine_inference_time_seconds"),
+        *_hist("vllm:request_prompt_tokens", "llm_engine_request_prompt_tokens"),
+        *_hist("vllm:request_generation_tokens", "llm_engine_request_generation_tokens"),
     ],
     "triton": [
         Rule("nv_trt_llm_request_metrics", "llm_engine_requests_running",
@@ -80,7 +101,8 @@ ORACLE: dict[str, list[Rule]] = {
     ],
 }
 LABELS = {
-    "vllm": {"model_name": "model", "engine": "dp_rank", "finished_reason": "finished_reason"},
+    "vllm": {"model_name": "model", "engine": "dp_rank", "finished_reason": "finished_reason",
+             "reason": "reason", "source": "source"},
     "triton": {"model": "model"},
 }
 

@@ -65,6 +65,10 @@ class Source:
 
 _VLLM = {"model_name": "model", "engine": "dp_rank"}
 _VLLM_REASON = {**_VLLM, "finished_reason": "finished_reason"}
+_VLLM_WAIT = {**_VLLM, "reason": "reason"}
+_VLLM_SOURCE = {**_VLLM, "source": "source"}
+#: vLLM counts admission rejections in the API server, before any engine: no `engine` label.
+_VLLM_API = {"model_name": "model", "reason": "reason"}
 _TRTLLM = {"model_name": "model"}
 _TRTLLM_REASON = {**_TRTLLM, "finished_reason": "finished_reason"}
 _SGLANG = {"model_name": "model", "dp_rank": "dp_rank"}
@@ -106,7 +110,29 @@ SOURCES: tuple[Source, ...] = (
            labels=_VLLM, legacy=True, note="until 0.11; blocks, not tokens, in 0.8"),
     Source("vllm", "vllm:num_preemptions_total", C, m.ENGINE_PREEMPTIONS, labels=_VLLM),
     Source("vllm", "vllm:request_success_total", C, m.ENGINE_REQUESTS_FINISHED,
-           labels=_VLLM_REASON),
+           labels=_VLLM_REASON, note="`repetition` since 0.30"),
+    Source("vllm", "vllm:request_inference_time_seconds", H, m.ENGINE_INFERENCE_TIME,
+           labels=_VLLM),
+    Source("vllm", "vllm:request_prompt_tokens", H, m.ENGINE_REQUEST_PROMPT_TOKENS,
+           labels=_VLLM),
+    Source("vllm", "vllm:request_generation_tokens", H, m.ENGINE_REQUEST_GENERATION_TOKENS,
+           labels=_VLLM),
+    Source("vllm", "vllm:iteration_tokens_total", H, m.ENGINE_STEP_TOKENS, labels=_VLLM,
+           note="a histogram despite the `_total`"),
+    Source("vllm", "vllm:num_requests_waiting_by_reason", G,
+           m.ENGINE_REQUESTS_WAITING_BY_REASON, labels=_VLLM_WAIT),
+    Source("vllm", "vllm:prompt_tokens_cached_total", C, m.ENGINE_PROMPT_TOKENS_CACHED,
+           labels=_VLLM),
+    Source("vllm", "vllm:prompt_tokens_by_source_total", C, m.ENGINE_PROMPT_TOKENS_BY_SOURCE,
+           labels=_VLLM_SOURCE),
+    Source("vllm", "vllm:admission_rejections_total", C, m.ENGINE_ADMISSION_REJECTIONS,
+           labels=_VLLM_API, note="per API server, no `engine` label"),
+    Source("vllm", "vllm:estimated_read_bytes_per_gpu_total", C, m.ENGINE_ESTIMATED_READ_BYTES,
+           labels=_VLLM),
+    Source("vllm", "vllm:estimated_write_bytes_per_gpu_total", C,
+           m.ENGINE_ESTIMATED_WRITE_BYTES, labels=_VLLM),
+    Source("vllm", "vllm:estimated_flops_per_gpu_total", C, m.ENGINE_ESTIMATED_FLOPS,
+           labels=_VLLM),
     # --- trtllm-serve /prometheus/metrics (collector.py, adapted from vLLM 0.10) ---------
     Source("trtllm", "trtllm_num_requests_running", G, m.ENGINE_REQUESTS_RUNNING,
            labels=_TRTLLM, note="needs enable_iter_perf_stats"),
@@ -131,6 +157,8 @@ SOURCES: tuple[Source, ...] = (
            labels=_TRTLLM),
     Source("trtllm", "trtllm_request_success_total", C, m.ENGINE_REQUESTS_FINISHED,
            labels=_TRTLLM_REASON),
+    Source("trtllm", "trtllm_request_inference_time_seconds", H, m.ENGINE_INFERENCE_TIME,
+           labels=_TRTLLM, note="needs return_perf_metrics"),
     # --- Triton + tensorrtllm_backend (:8002), labels model, version (model version) ------
     Source("triton", "nv_trt_llm_request_metrics", G, m.ENGINE_REQUESTS_RUNNING,
            labels=_TRITON, match={"request_type": "scheduled"}),
@@ -169,6 +197,11 @@ SOURCES: tuple[Source, ...] = (
            labels=_SGLANG),
     Source("sglang", "sglang:num_requests_total", C, m.ENGINE_REQUESTS_FINISHED,
            labels=_SGLANG, note="no finish reason"),
+    Source("sglang", "sglang:prompt_tokens_histogram", H, m.ENGINE_REQUEST_PROMPT_TOKENS,
+           labels=_SGLANG, note="needs --collect-tokens-histogram"),
+    Source("sglang", "sglang:generation_tokens_histogram", H,
+           m.ENGINE_REQUEST_GENERATION_TOKENS, labels=_SGLANG,
+           note="needs --collect-tokens-histogram"),
 )
 
 del C, G, H, m

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -318,7 +318,3 @@ def _gpus(r: Results) -> list[GpuWindow]:
 
 def _failing_checks(r: Results) -> tuple[str, ...]:
     return tuple(sorted({s.labels.get("check", "") for s in r["failing_checks"]} - {""}))
-
-
-#: What the CLI calls: (base URL, config, at, window) -> Observations.
-Observe = Callable[[str, Config, dt.datetime, float], Observations]

@@ -150,9 +150,8 @@ def engine_queries(w: Window) -> dict[str, str]:
             return increase(k, f"{family.name}{suffix}", w.baseline, w.range)
         return increase(k, f"{family.name}{suffix}", w.range)
 
-    def per_target(fn: str, family: Family, agg: str = "sum",
-                   window: str = w.range) -> str:
-        return f"{agg} by ({by(k)}) ({fn}({family.name}[{window}]))"
+    def per_target(fn: str, family: Family, agg: str = "sum", window: str = "") -> str:
+        return f"{agg} by ({by(k)}) ({fn}({family.name}[{window or w.range}]))"
 
     # Triton has duration counters instead of histograms (exporter/monitoring/recording.py).
     finished = f"{inc(metrics.ENGINE_E2E, '_count')}\nor\n{inc(metrics.ENGINE_REQUESTS_SUCCEEDED)}"

@@ -68,9 +68,14 @@ class PrometheusSource:
     def run(self, at: dt.datetime, window: float) -> dict[str, list[Sample]]:
         queries = pq.all_queries(window, self.config)
         when = at.timestamp()
-        with ThreadPoolExecutor(PARALLEL) as pool:
+        pool = ThreadPoolExecutor(PARALLEL)
+        try:
             answers = pool.map(lambda e: self.client.query(e, when), queries.values())
             return dict(zip(queries, answers, strict=True))
+        finally:
+            # After the first error the rest would only repeat it: cancel what has not
+            # started, so an unreachable source costs one timeout, not one per query.
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def observe(self, at: dt.datetime, window: float) -> Observations:
         r = self.run(at, window)
@@ -78,7 +83,7 @@ class PrometheusSource:
             at=at,
             window=window,
             source="prometheus",
-            probes=tuple(_probes(r, window, self.config)),
+            probes=tuple(_probes(r, self.config)),
             paths=tuple(_paths(r, self.config)),
             engines=tuple(_engines(r, window, self.config)),
             gpus=tuple(_gpus(r)),
@@ -119,7 +124,7 @@ def _probe_config(config: Config) -> dict[str, ProbeConfig]:
     return {p.name: p for p in config.probes}
 
 
-def _probes(r: Results, window: float, config: Config) -> list[ProbeWindow]:
+def _probes(r: Results, config: Config) -> list[ProbeWindow]:
     key = pq.PROBE_KEY
     outcomes: dict[Key, dict[str, int]] = {}
     for s in r["probe_outcomes"]:

@@ -160,10 +160,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def _extra_subcommands() -> list[Callable[[AddParser], None]]:
     """``register(add)`` functions of subcommands defined beside their code."""
     from exporter.bench import cli as bench
+    from exporter.diagnosis import cli as diagnosis_cli
     from exporter.monitoring import generate
     from exporter.simulator import cli as simulator_cli
 
-    return [simulator_cli.register, bench.register, generate.register]
+    return [simulator_cli.register, bench.register, generate.register, diagnosis_cli.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -172,5 +172,53 @@ def test_causes_mute_their_symptoms(alertmanager: str) -> None:
 def test_inhibition_rules_name_alerts_that_exist() -> None:
     # A renamed alert would silently stop matching its inhibit rule.
     names = set(alerts_by_name(RULE_FILES[1].read_text()))
-    for source, targets, _label in INHIBITIONS:
-        assert source in names and set(targets) <= names, (source, targets)
+    for rule in INHIBITIONS:
+        assert rule.source in names and set(rule.targets) <= names, rule
+
+
+def test_a_diagnosis_mutes_what_it_explains_on_its_own_exporter(alertmanager: str) -> None:
+    # Exporter a: failing, loss on carrier mobile seen by probe chat-cm. Exporter b:
+    # degraded, engine main queueing. Each diagnosis mutes the symptoms of its scope and the
+    # per-layer alert of its cause, on its own exporter only; a warning one mutes no page.
+    diag = {"alertname": "LLMLatencyDiagnosis"}
+    alerts = {
+        "diagnosis a": _alert(**diag, severity="critical", instance="a", layer="network",
+                              cause="packet_loss", carrier="mobile", probe="chat-cm",
+                              engine="main", target="main"),
+        "ttft chat-cm on a": _alert(alertname="LLMProbeTTFTHigh", severity="warning",
+                                    instance="a", probe="chat-cm", carrier="mobile"),
+        "burn chat-cm on a": _alert(alertname="LLMProbeErrorBudgetBurn", severity="critical",
+                                    instance="a", probe="chat-cm", long="1h", short="5m"),
+        "loss mobile on a": _alert(alertname="LLMPathPacketLoss", severity="warning",
+                                   instance="a", carrier="mobile", target="gz"),
+        "capacity main on a": _alert(alertname="LLMEngineCapacityBound", severity="warning",
+                                     instance="a", target="main", model="m"),
+        "ttft chat-ct on a": _alert(alertname="LLMProbeTTFTHigh", severity="warning",
+                                    instance="a", probe="chat-ct", carrier="telecom"),
+        "loss mobile on b": _alert(alertname="LLMPathPacketLoss", severity="warning",
+                                   instance="b", carrier="mobile", target="gz"),
+        "diagnosis b": _alert(**diag, severity="warning", instance="b", layer="engine",
+                              cause="queueing", probe="chat", engine="main", target="main"),
+        "capacity main on b": _alert(alertname="LLMEngineCapacityBound", severity="warning",
+                                     instance="b", target="main", model="m"),
+        "tpot chat on b": _alert(alertname="LLMProbeTPOTHigh", severity="warning",
+                                 instance="b", probe="chat"),
+        "burn chat on b": _alert(alertname="LLMProbeErrorBudgetBurn", severity="critical",
+                                 instance="b", probe="chat", long="1h", short="5m"),
+        "down main on b": _alert(alertname="LLMEngineDown", severity="critical", instance="b",
+                                 target="main", engine_target="main"),
+    }
+    _post(f"{alertmanager}/api/v2/alerts", list(alerts.values()))
+    muted = {"ttft chat-cm on a", "burn chat-cm on a", "loss mobile on a",
+             "capacity main on b", "tpot chat on b"}
+
+    def states() -> dict[str, str]:
+        _, body = http_get(f"{alertmanager}/api/v2/alerts")
+        by_labels = {json.dumps(a["labels"], sort_keys=True): a["status"]["state"]
+                     for a in json.loads(body or "[]")}
+        return {name: by_labels.get(json.dumps(a["labels"], sort_keys=True), "")
+                for name, a in alerts.items()}
+
+    wait_until(lambda: {n for n, s in states().items() if s == "suppressed"} == muted,
+               timeout=20, what=f"exactly {sorted(muted)} suppressed")
+    assert {n for n, s in states().items() if s == "active"} == set(alerts) - muted

@@ -3,20 +3,79 @@ receivers. Receiver names come from ``alerting.receivers``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from exporter.config.models import Config
 from exporter.config.values import PeakWindow
 
-#: Cause -> symptoms it mutes, and the label both must share. Loss on a carrier explains
-#: slow first tokens of probes crossing it (and its path checks failing); a down engine
-#: explains failures of probes served by it.
-INHIBITIONS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("LLMPathPacketLoss",
-     ("LLMProbeTTFTHigh", "LLMProbeTTFTPeakDrift", "LLMExporterCheckFailing"), "carrier"),
-    ("LLMEngineDown",
-     ("LLMProbeFailureRatioHigh", "LLMProbeErrorBudgetBurn", "LLMProbeAbsent"), "engine_target"),
+
+@dataclass(frozen=True)
+class Inhibition:
+    """While ``source`` fires (and matches ``when``), ``targets`` with the same ``equal``
+    labels are muted. Labels absent on both sides count as equal in Alertmanager, so
+    ``equal`` names a label the targets always carry (their scope, or ``instance``): a
+    source without it then mutes nothing."""
+
+    source: str
+    targets: tuple[str, ...]
+    equal: tuple[str, ...]
+    #: More matchers on the source: the causes that explain the targets, or a severity.
+    when: tuple[str, ...] = ()
+
+
+DIAGNOSIS = "LLMLatencyDiagnosis"
+#: The exporter a verdict came from, and the fleet labels its edge Prometheus adds: a
+#: verdict only explains what the same exporter measured.
+WHERE = ("instance", "site", "vantage")
+CRITICAL = 'severity="critical"'
+
+
+def _cause(layer: str, *causes: str) -> tuple[str, ...]:
+    return (f'layer="{layer}"', f'cause=~"{"|".join(causes)}"')
+
+
+#: Cause -> symptoms it mutes. Loss on a carrier explains slow first tokens of probes
+#: crossing it (and its path checks failing); a down engine explains failures of probes
+#: served by it.
+#:
+#: The diagnosis is a source, never a target: its page says where the latency comes from,
+#: so it mutes the symptoms of the probe it names and the one per-layer alert of the cause
+#: it names, and pages once. A warning diagnosis mutes only warnings: a critical alert
+#: (budget burn, engine down, XID) is muted only by a critical (failing) diagnosis, so a
+#: page is never demoted to a ticket.
+INHIBITIONS: tuple[Inhibition, ...] = (
+    Inhibition("LLMPathPacketLoss",
+               ("LLMProbeTTFTHigh", "LLMProbeTTFTPeakDrift", "LLMExporterCheckFailing"),
+               ("carrier",)),
+    Inhibition("LLMEngineDown",
+               ("LLMProbeFailureRatioHigh", "LLMProbeErrorBudgetBurn", "LLMProbeAbsent"),
+               ("engine_target",)),
+    Inhibition(DIAGNOSIS,
+               ("LLMProbeTTFTHigh", "LLMProbeTPOTHigh", "LLMProbeStreamStalls",
+                "LLMProbeFailureRatioHigh", "LLMProbeTTFTPeakDrift"),
+               ("probe", *WHERE)),
+    Inhibition(DIAGNOSIS, ("LLMProbeErrorBudgetBurn",), ("probe", *WHERE), (CRITICAL,)),
+    Inhibition(DIAGNOSIS, ("LLMPathPacketLoss", "LLMPathLossPeakDrift"), ("carrier", *WHERE),
+               _cause("network", "packet_loss", "peak_congestion")),
+    Inhibition(DIAGNOSIS, ("LLMPathJitterHigh",), ("carrier", *WHERE),
+               _cause("network", "jitter")),
+    Inhibition(DIAGNOSIS, ("LLMPathRouteDegraded",), ("carrier", *WHERE),
+               _cause("network", "route_change")),
+    Inhibition(DIAGNOSIS, ("LLMEngineCapacityBound",), ("target", *WHERE),
+               _cause("engine", "queueing")),
+    Inhibition(DIAGNOSIS, ("LLMEngineComputeBound",), ("target", *WHERE),
+               _cause("engine", "slow_prefill", "slow_decode")),
+    Inhibition(DIAGNOSIS, ("LLMEngineKVCacheSaturated",), ("target", *WHERE),
+               _cause("engine", "kv_cache_pressure")),
+    Inhibition(DIAGNOSIS, ("LLMEngineDown",), ("target", *WHERE),
+               (*_cause("engine", "down"), CRITICAL)),
+    # Verdicts carry no gpu label: a GPU cause explains that exporter's GPU alerts.
+    Inhibition(DIAGNOSIS, ("LLMGPUThrottled",), WHERE, _cause("gpu", "throttling")),
+    Inhibition(DIAGNOSIS, ("LLMGPUMemoryNearFull",), WHERE, _cause("gpu", "memory_full")),
+    Inhibition(DIAGNOSIS, ("LLMGPUXidError",), WHERE, (*_cause("gpu", "xid_errors"), CRITICAL)),
 )
+
 QUIET_HOURS = "quiet-hours"
 #: Placeholders to replace: .invalid never resolves, so nothing is sent until someone does.
 WEBHOOK = "https://alerts.example.invalid/llm-latency/{}"
@@ -54,11 +113,11 @@ def alertmanager_config(config: Config) -> dict[str, Any]:
         },
         "inhibit_rules": [
             {
-                "source_matchers": [f'alertname="{source}"'],
-                "target_matchers": [f'alertname=~"{"|".join(targets)}"'],
-                "equal": [label],
+                "source_matchers": [f'alertname="{rule.source}"', *rule.when],
+                "target_matchers": [f'alertname=~"{"|".join(rule.targets)}"'],
+                "equal": list(rule.equal),
             }
-            for source, targets, label in INHIBITIONS
+            for rule in INHIBITIONS
         ],
     }
     if a.quiet_hours is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.config.models import Config
+from exporter.monitoring.alerts.diagnosis import diagnosis_alerts
 from exporter.monitoring.alerts.engine import engine_alerts
 from exporter.monitoring.alerts.exporter import exporter_alerts
 from exporter.monitoring.alerts.gpu import gpu_alerts
@@ -27,5 +28,6 @@ def alert_groups(config: Config) -> list[dict[str, Any]]:
         ("llm-peak.alerts", peak_alerts(config)),
         ("llm-gpu.alerts", gpu_alerts(config)),
         ("llm-exporter.alerts", exporter_alerts()),
+        ("llm-diagnosis.alerts", diagnosis_alerts()),
     ]
     return [group(name, [a.rule(base) for a in alerts]) for name, alerts in sections if alerts]

@@ -1,0 +1,73 @@
+"""The exporter as a diagnosis source: ``GET /api/v1/diagnosis`` of a running exporter, and
+its JSON read back into a :class:`Diagnosis` so the CLI renders both sources the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import urllib.parse
+import urllib.request
+from typing import Any, get_args
+
+from exporter.diagnosis.promapi import SourceError, fetch_json
+from exporter.diagnosis.result import (
+    SCHEMA_ID,
+    Diagnosis,
+    Evidence,
+    Status,
+    Step,
+    Verdict,
+)
+
+PATH = "/api/v1/diagnosis"
+
+
+def fetch(base_url: str, timeout: float, window: str | None = None,
+          at: dt.datetime | None = None) -> dict[str, Any]:
+    """The exporter's current diagnosis document (``window`` and ``at`` passed as query
+    parameters when given); SourceError with one line when it cannot be had."""
+    params = {}
+    if window is not None:
+        params["window"] = window
+    if at is not None:
+        params["at"] = at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    base = base_url.rstrip("/")
+    req = urllib.request.Request(f"{base}{PATH}{query}", headers={"Accept": "application/json"})
+    doc = fetch_json(req, base, timeout)
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
+        raise SourceError(f"{base}{PATH} did not answer with an {SCHEMA_ID} document")
+    return doc
+
+
+def _evidence(items: Any) -> tuple[Evidence, ...]:
+    return tuple(
+        Evidence(metric=e["metric"], value=float(e["value"]), labels=dict(e.get("labels", {})),
+                 threshold=e.get("threshold"), baseline=e.get("baseline"),
+                 window=e.get("window", ""))
+        for e in items or ()
+    )
+
+
+def from_json(doc: dict[str, Any], where: str = "the exporter") -> Diagnosis:
+    """A Diagnosis from its v1 JSON; a document outside the contract (a field missing, a
+    cause outside the vocabulary) is a SourceError naming ``where``."""
+    try:
+        status = doc["status"]
+        if status not in get_args(Status):
+            raise ValueError(f"status {status!r}")
+        verdicts = tuple(
+            Verdict(layer=v["layer"], cause=v["cause"], scope=dict(v.get("scope", {})),
+                    symptoms=tuple(v.get("symptoms", ())), confidence=float(v["confidence"]),
+                    summary=v["summary"], evidence=_evidence(v.get("evidence")),
+                    actions=tuple(v.get("actions", ())))
+            for v in doc["verdicts"]
+        )
+        steps = tuple(Step(step=s["step"], result=s["result"],
+                           evidence=_evidence(s.get("evidence")))
+                      for s in doc["steps"])
+        at = dt.datetime.fromisoformat(doc["at"])
+        return Diagnosis(at=at, window=doc["window"], source=doc["source"], status=status,
+                         verdicts=verdicts, steps=steps)
+    except (KeyError, TypeError, ValueError, AssertionError) as exc:
+        raise SourceError(f"{where}: not a valid {SCHEMA_ID} document ({exc})") from None

@@ -1,0 +1,424 @@
+"""The Prometheus source of the diagnosis against a real Prometheus, and the ``diagnose``
+command's exit codes and one-line errors.
+
+One module-scoped lab: the simulator, the exporter (probe linked to the engine and a
+carrier, a TCP path to the simulator, a scripted NVML) and Prometheus scraping it every
+second with the rules ``generate`` wrote for the same config. The scrape adds ``site`` and
+``vantage`` target labels, which is how a fleet's external labels look from Mimir or
+Thanos. The Observations must carry what the exporter itself measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter import metrics
+from exporter.config.load import load_config
+from exporter.config.models import Config
+from exporter.diagnosis import cli, promqueries
+from exporter.diagnosis.observations import Observations
+from exporter.diagnosis.prometheus import PrometheusError, observe
+from exporter.diagnosis.result import SCHEMA_ID, Diagnosis, Evidence, Step, Verdict
+from exporter.monitoring import generate
+from tests.support import ROOT
+from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.samples import find
+from tests.support.simulator import running_simulator
+
+CONFIG = """
+server: {{listen_address: "127.0.0.1:{exporter}", log_level: warning}}
+peak_windows: {{timezone: UTC, windows: {{evening: {{start: "20:00", end: "23:00"}}}}}}
+slo: {{ttft_p95_seconds: 0.5, tpot_p95_seconds: 0.05}}
+engines:
+  - {{name: sim, url: "http://127.0.0.1:{sim}/metrics", type: vllm, interval: 1s, timeout: 900ms}}
+probes:
+  - name: chat
+    url: "http://127.0.0.1:{sim}/v1/chat/completions"
+    model: simulated-model
+    interval: 1s
+    max_tokens: 16
+    min_spacing: 100ms
+    carrier: lab
+    engine: sim
+    slo: {{ttft_p95_seconds: 0.8}}
+    timeouts: {{total: 20s}}
+paths:
+  interval: 2s
+  burst: 5
+  spacing: 100ms
+  timeout: 500ms
+  route_interval: 5s
+  carriers:
+    lab: [{{name: lo, host: 127.0.0.1, region: local, protocol: tcp, port: {sim}}}]
+gpu: {{enabled: true, interval: 1s}}
+"""
+
+# The edge: scrapes the exporter, runs the rules, has the fleet's external labels.
+EDGE = """
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+  external_labels: {{site: sh-gpu, vantage: ct-gz}}
+rule_files: [{rules}/recording.yaml, {rules}/alerts.yaml]
+scrape_configs:
+  - job_name: llm
+    static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
+"""
+# The central store: federates the edge, which adds its external labels on the way out,
+# as remote_write to Mimir or Thanos would.
+CENTRAL = """
+global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
+scrape_configs:
+  - job_name: federate
+    honor_labels: true
+    metrics_path: /federate
+    params: {{"match[]": ['{{__name__=~"llm_.+|[a-z_]+:.+"}}']}}
+    static_configs: [{{targets: ["127.0.0.1:{edge}"]}}]
+"""
+
+#: Seconds of data before the source is read: enough for every rate and recorded series.
+FILL = 40.0
+#: Seconds a fault runs before its window is read.
+FAULT = 25.0
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("diag-prom")
+    exporter_port, edge_port, central_port = free_port(), free_port(), free_port()
+    procs: list[Proc] = []
+    with running_simulator(fmt="vllm", seed=7, fast=True) as sim:
+        try:
+            config_path = tmp / "config.yaml"
+            config_path.write_text(CONFIG.format(exporter=exporter_port, sim=sim.port))
+            # The peak window opens in an hour: the whole run is off-peak, so baselines fill.
+            procs.append(Proc([sys.executable, "-m", "tests.support.e2e_exporter",
+                               str(config_path), str(time.time() + 3600)]))
+            exporter = f"http://127.0.0.1:{exporter_port}"
+            wait_until(lambda: http_get(f"{exporter}/metrics")[0] == 200, timeout=20,
+                       what="exporter")
+            config = load_config(config_path)
+            generate.write(config, tmp / "generated")
+            rules = tmp / "generated" / "rules"
+            for name, port, text in (
+                ("edge", edge_port, EDGE.format(rules=rules, exporter=exporter_port)),
+                ("central", central_port, CENTRAL.format(edge=edge_port)),
+            ):
+                (tmp / f"{name}.yml").write_text(text)
+                procs.append(Proc(["prometheus", f"--config.file={tmp / f'{name}.yml'}",
+                                   f"--storage.tsdb.path={tmp / name}",
+                                   f"--web.listen-address=127.0.0.1:{port}"]))
+                ready = f"http://127.0.0.1:{port}/-/ready"
+
+                def up(ready: str = ready) -> bool:
+                    return http_get(ready)[0] == 200
+
+                wait_until(up, timeout=30, what=f"{name} prometheus")
+            time.sleep(FILL)
+            yield {"prom": f"http://127.0.0.1:{central_port}",
+                   "edge": f"http://127.0.0.1:{edge_port}", "exporter": exporter,
+                   "config": config, "config_path": config_path, "sim": sim}
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+                proc.stderr_path.unlink(missing_ok=True)
+
+
+def exporter_samples(url: str) -> str:
+    status, body = http_get(f"{url}/metrics")
+    assert status == 200
+    return body
+
+
+def p95_of(exposition: str, family: str, **labels: str) -> float:
+    """The P95 histogram_quantile() would give over the exporter's cumulative counts."""
+    buckets = sorted((float(lbl["le"]), n) for lbl, n in find(exposition, f"{family}_bucket",
+                                                               **labels))
+    total = buckets[-1][1]
+    rank, lower, below = 0.95 * total, 0.0, 0.0
+    for le, n in buckets:
+        if n >= rank:
+            return lower + (le - lower) * (rank - below) / max(n - below, 1e-9)
+        lower, below = le, n
+    raise AssertionError("no bucket")
+
+
+def near(value: float, buckets: tuple[float, ...] | None) -> tuple[float, float]:
+    """From the lower bound of the bucket below ``value``'s to the upper bound of the one
+    above: histogram_quantile() interpolates within a bucket, and two estimates of one P95
+    over slightly different requests may land in neighbouring buckets."""
+    assert buckets is not None
+    bounds = (0.0, *buckets)
+    i = next(i for i, b in enumerate(bounds) if b >= value)
+    return bounds[max(i - 2, 0)], bounds[min(i + 1, len(bounds) - 1)]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("window", [300.0, 60.0], ids=["recorded-5m", "raw-1m"])
+def test_observations_carry_what_the_exporter_measured(lab: dict[str, Any],
+                                                      window: float) -> None:
+    at = dt.datetime.now(dt.UTC)
+    obs = observe(lab["prom"], lab["config"], at, window)
+    truth = exporter_samples(lab["exporter"])
+    assert obs.source == "prometheus" and obs.window == window and obs.at == at
+
+    (probe,) = obs.probes
+    assert (probe.probe, probe.profile, probe.carrier, probe.engine) == (
+        "chat", "short", "lab", "sim")
+    assert (probe.site, probe.vantage) == ("sh-gpu", "ct-gz")
+    assert probe.outcomes.get("ok", 0) >= 5 and probe.requests == sum(probe.outcomes.values())
+    assert (probe.slo_ttft, probe.slo_tpot, probe.timeout_total) == (0.8, 0.05, 20.0)
+    assert probe.ttft_p95 is not None and probe.tpot_p95 is not None
+    assert probe.itl_p99 is not None and probe.itl_p99 > 0
+    assert probe.stalls == 0  # the simulator streams steadily, far under 2s gaps
+    if window == 300.0:
+        # The window spans the whole run: the quantile of what the exporter counted (less
+        # the requests before the first scrape), in its bucket or the next one.
+        want = p95_of(truth, metrics.PROBE_TTFT.name, probe="chat")
+        lo, hi = near(want, metrics.PROBE_TTFT.buckets)
+        assert lo <= probe.ttft_p95 <= hi, (probe.ttft_p95, want)
+        # Off-peak all along: the baseline is the same requests' P95.
+        assert probe.ttft_p95_baseline is not None
+        assert lo <= probe.ttft_p95_baseline <= hi, (probe.ttft_p95_baseline, want)
+    # The probe keeps its connection alive: it opened it once, before Prometheus saw the
+    # series, so no new connection in the window is no data, not 0.
+    assert probe.connect_p95 is None or 0 <= probe.connect_p95 < 0.5
+    assert probe.prompt_tokens_mean is not None and probe.prompt_tokens_mean > 0
+
+    (engine,) = obs.engines
+    assert (engine.engine, engine.site, engine.up) == ("sim", "sh-gpu", True)
+    assert engine.requests >= probe.outcomes["ok"] * 0.5
+    for part in (engine.queue_seconds, engine.prefill_seconds, engine.decode_seconds):
+        assert part is not None and part >= 0
+    assert engine.decode_seconds and engine.engine_seconds
+    assert engine.ttft_p95 is not None and engine.itl_p95 is not None
+    assert engine.running is not None and engine.waiting is not None
+    # The fast simulator rarely has a request in flight at a scrape: a max, not a count.
+    assert engine.running_max is not None and engine.running_max >= engine.running
+    assert engine.kv_cache_usage is not None and 0 <= engine.kv_cache_usage <= 1
+    assert engine.request_rate is not None
+    assert math.isclose(engine.request_rate, engine.requests / window)
+    assert engine.prompt_tokens_mean is not None and engine.prompt_tokens_mean > 0
+
+    (path,) = obs.paths
+    assert (path.carrier, path.target, path.region, path.protocol) == (
+        "lab", "lo", "local", "tcp")
+    assert (path.site, path.vantage) == ("sh-gpu", "ct-gz")
+    assert path.sent >= 10 and path.lost == 0 and path.loss == 0
+    assert path.rtt_mean is not None and 0 < path.rtt_mean < 0.05
+    assert path.jitter is not None and path.jitter < 0.05
+    assert path.in_peak is False
+    if window == 300.0:
+        assert path.loss_baseline == 0
+        assert path.rtt_baseline is not None and path.rtt_baseline < 0.05
+
+    (gpu,) = obs.gpus
+    assert gpu.gpu == "0" and "H200" in gpu.name and gpu.site == "sh-gpu"
+    assert gpu.utilization is not None and gpu.memory_used_ratio is not None
+    assert 0 <= gpu.memory_used_ratio <= 1
+    if window == 300.0:
+        assert gpu.xid_errors >= 1  # the XID the lab's NVML reports at start
+    assert all(isinstance(c, str) and "/" in c for c in obs.failing_checks)
+
+
+def test_a_window_with_no_data_is_empty_not_zero(lab: dict[str, Any]) -> None:
+    # An hour before the lab started: no series, so no windows and no invented numbers.
+    obs = observe(lab["prom"], lab["config"], dt.datetime.now(dt.UTC)
+                  - dt.timedelta(hours=1), 60.0)
+    assert cli.is_empty(obs) and obs.failing_checks == ()
+
+
+def test_every_query_parses_on_the_real_prometheus(lab: dict[str, Any]) -> None:
+    for name, expr in promqueries.all_queries(600.0, Config()).items():
+        status, body = http_get(f"{lab['prom']}/api/v1/query?"
+                                + urllib.parse.urlencode({"query": expr}))
+        assert status == 200, (name, body[:300])
+
+
+# --- the command --------------------------------------------------------------------------
+
+
+def _verdict() -> Verdict:
+    return Verdict("network", "packet_loss", {"carrier": "lab", "probe": "chat"}, ("ttft",),
+                   0.9, "Carrier lab loses 6% of packets.",
+                   (Evidence("llm_path_packets_lost_per_sent", 0.06, {"carrier": "lab"},
+                             0.02, 0.001, "10m"),), ("Move traffic off lab.",))
+
+
+def _stub_chain(seen: list[Observations]) -> cli.Wiring:
+    def chain(config: Config) -> cli.Evaluate:
+        def evaluate(obs: Observations) -> Diagnosis:
+            seen.append(obs)
+            return Diagnosis(obs.at, "1m", obs.source, "degraded", (_verdict(),),
+                             (Step("symptom", "implicated"),))
+        return evaluate
+    return cli.Wiring(chain, lambda d: f"NOTE {d.status} {d.verdicts[0].summary}")
+
+
+def test_prometheus_source_runs_the_chain_and_prints_json(
+    lab: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[Observations] = []
+    rc = cli.main(["--prometheus", lab["prom"], "--window", "1m", "--json",
+                   "--config", str(lab["config_path"])], _stub_chain(seen))
+    assert rc == cli.EXIT_FOUND
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == SCHEMA_ID and doc["status"] == "degraded"
+    assert seen[0].window == 60.0 and seen[0].probes and seen[0].engines
+    rc = cli.main(["--prometheus", lab["prom"], "--window", "1m"], _stub_chain([]))
+    assert rc == cli.EXIT_FOUND
+    assert capsys.readouterr().out.startswith("NOTE degraded Carrier lab")
+
+
+def test_the_installed_command_prints_json_from_prometheus(lab: dict[str, Any],
+                                                           tmp_path: Path) -> None:
+    out = subprocess.run(
+        exporter_cmd("diagnose", "--prometheus", lab["prom"], "--window", "1m", "--json",
+                     "--config", str(lab["config_path"])),
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # Whatever the chain concludes about the lab, the output is the contract.
+    assert out.returncode in (cli.EXIT_HEALTHY, cli.EXIT_FOUND, cli.EXIT_NO_DATA), out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == SCHEMA_ID and doc["source"] == "prometheus"
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.timeout(120)
+def test_stalls_and_rate_limits_show_in_the_window_they_happened(lab: dict[str, Any]) -> None:
+    # Last of the lab's tests: it changes the simulator, and puts it back.
+    sim = lab["sim"]
+    sim.faults(stall=2.5, mid_stream_after=4, rate_limit_rate=0.3)
+    try:
+        time.sleep(FAULT)
+        obs = observe(lab["prom"], lab["config"], dt.datetime.now(dt.UTC), FAULT - 5)
+    finally:
+        sim.faults()
+    (probe,) = obs.probes
+    assert probe.outcomes.get("rate_limited", 0) >= 1, probe.outcomes
+    assert probe.stalls >= 2 and probe.stalls <= probe.outcomes.get("ok", 0), probe
+    # One gap of 2.5s in 15: the P99 of the gaps lies in the bucket holding it.
+    assert probe.itl_p99 is not None and 2.0 <= probe.itl_p99 <= 5.0, probe.itl_p99
+
+
+def diagnose(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(exporter_cmd("diagnose", *args), cwd=cwd, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
+                                                      "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize("args", [
+    ("--bogus",),
+    ("--window",),
+    ("--window", "10x"),
+    ("--window", "1.5s"),
+    ("--at", "yesterday"),
+    ("--at", "2026-11-30T21:40:00"),  # no offset
+    ("--exporter", "http://a:1", "--prometheus", "http://b:1"),
+    ("--prometheus", "prometheus:9090"),
+    ("--config", "/nonexistent/config.yaml"),
+], ids=lambda a: " ".join(a))
+def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], tmp_path: Path) -> None:
+    out = diagnose(*args, cwd=tmp_path)
+    assert out.returncode == cli.EXIT_USAGE, out.stderr
+    assert out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("error: ")
+
+
+def _server(status: int, body: bytes) -> tuple[http.server.HTTPServer, str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize(("flag", "status", "body", "says"), [
+    ("--prometheus", 503, b'{"status":"error","error":"overloaded"}', "HTTP 503: overloaded"),
+    ("--prometheus", 200, b"<html>login</html>", "did not answer with JSON"),
+    ("--prometheus", 400, b'{"status":"error","error":"parse error"}', "HTTP 400"),
+    ("--exporter", 404, b"404 page not found", "HTTP 404"),
+    ("--exporter", 200, b'{"schema":"other/v9"}', "llm-latency-diagnosis/v1"),
+], ids=["prom-503", "prom-html", "prom-400", "exporter-404", "exporter-schema"])
+def test_a_source_that_fails_is_one_line_and_exit_3(
+    flag: str, status: int, body: bytes, says: str, tmp_path: Path
+) -> None:
+    server, url = _server(status, body)
+    try:
+        out = diagnose(flag, url, cwd=tmp_path)
+    finally:
+        server.shutdown()
+    assert out.returncode == cli.EXIT_NO_DATA, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("error: ") and says in line, line
+
+
+@pytest.mark.parametrize("flag", ["--prometheus", "--exporter"])
+def test_an_unreachable_source_is_one_line_and_exit_3(flag: str, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    out = diagnose(flag, url, cwd=tmp_path)
+    assert out.returncode == cli.EXIT_NO_DATA
+    assert out.stderr.splitlines() == [f"error: cannot reach {url}: Connection refused"]
+
+
+def test_unreachable_default_exporter(tmp_path: Path) -> None:
+    out = diagnose(cwd=tmp_path)
+    assert out.returncode == cli.EXIT_NO_DATA  # nothing listens on 9400 in the tests
+    assert cli.DEFAULT_EXPORTER in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_exporter_source_renders_its_json(capsys: pytest.CaptureFixture[str]) -> None:
+    d = Diagnosis(dt.datetime(2026, 11, 30, 13, 40, tzinfo=dt.UTC), "10m", "exporter",
+                  "failing", (_verdict(),), (Step("symptom", "implicated"),))
+    server, url = _server(200, json.dumps(d.to_json()).encode())
+    try:
+        assert cli.main(["--exporter", url, "--json"], _stub_chain([])) == cli.EXIT_FOUND
+        assert json.loads(capsys.readouterr().out) == d.to_json()
+        assert cli.main(["--exporter", url], _stub_chain([])) == cli.EXIT_FOUND
+        assert capsys.readouterr().out.strip() == "NOTE failing Carrier lab loses 6% of packets."
+        healthy = {**d.to_json(), "status": "healthy", "verdicts": []}
+        server.shutdown()
+        server, url = _server(200, json.dumps(healthy).encode())
+        assert cli.main(["--exporter", url, "--json"]) == cli.EXIT_HEALTHY
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("2026-11-30T21:40:00+08:00", dt.datetime(2026, 11, 30, 13, 40, tzinfo=dt.UTC)),
+    ("2026-11-30T13:40:00Z", dt.datetime(2026, 11, 30, 13, 40, tzinfo=dt.UTC)),
+    ("1796046000", dt.datetime(2026, 11, 30, 13, 40, tzinfo=dt.UTC)),
+    ("1796046000.5", dt.datetime(2026, 11, 30, 13, 40, 0, 500000, tzinfo=dt.UTC)),
+])
+def test_at_takes_rfc3339_and_unix_seconds(text: str, want: dt.datetime) -> None:
+    assert cli.parse_at(text) == want
+
+
+def test_prometheus_error_is_one_line() -> None:
+    with pytest.raises(PrometheusError) as exc:
+        observe(f"http://127.0.0.1:{free_port()}", Config(), dt.datetime.now(dt.UTC), 60.0)
+    assert "\n" not in str(exc.value)

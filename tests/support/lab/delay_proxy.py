@@ -115,6 +115,9 @@ async def serve(listen: tuple[str, int], upstream: tuple[str, int], shape: Shape
             _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in pending:
                 task.cancel()
+        except asyncio.CancelledError:
+            for task in tasks:  # shutting down: end quietly, the process is exiting
+                task.cancel()
         finally:
             for w in (c_writer, u_writer):
                 w.close()

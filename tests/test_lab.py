@@ -338,5 +338,6 @@ def test_matching_primary_combinations_and_healthy() -> None:
     assert match([loss, queue], got) == []  # in chain order, others may sit between
     assert match([queue, loss], got) != []  # the primary must come first
     assert match([v("network", "packet_loss", carrier="telecom")], got) != []
-    assert match([], {"verdicts": []}) == []
+    assert match([], {"verdicts": [], "status": "healthy"}) == []
+    assert match([], {"verdicts": [], "status": "unknown"}) != []  # no data is not healthy
     assert match([], got) != [] and match([loss], {"verdicts": [], "status": "healthy"}) != []

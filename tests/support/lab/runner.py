@@ -264,10 +264,15 @@ class LabRun:
 def match(expect: list[dict[str, Any]], diagnosis: dict[str, Any]) -> list[str]:
     """Why ``diagnosis`` does not meet ``expect`` ([] when it does). The first expected
     verdict must be the primary one; the others must follow in the listed (chain) order;
-    an empty ``expect`` means no verdict at all. A scope matches on the keys expected."""
+    an empty ``expect`` means no verdict and status ``healthy``. A scope matches on the keys
+    expected."""
     verdicts = diagnosis.get("verdicts", [])
     if not expect:
-        return [] if not verdicts else [f"expected no verdict, got {_names(verdicts)}"]
+        if verdicts:
+            return [f"expected no verdict, got {_names(verdicts)}"]
+        # No verdict because nothing could be decided is not healthy.
+        status = diagnosis.get("status")
+        return [] if status == "healthy" else [f"expected status 'healthy', got {status!r}"]
     if not verdicts:
         return [f"expected {_names(expect)}, got no verdict (status "
                 f"{diagnosis.get('status')!r})"]

@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.source == "prometheus" and shutil.which("prometheus") is None:
         print("error: `prometheus` is not installed (Debian: prometheus)", file=sys.stderr)
         return 2
+    # Installed explicitly: a shell starts background jobs with SIGINT ignored.
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
     workdir = Path(tempfile.mkdtemp(prefix="lle-lab-"))
     name = args.scenario.stem
     try:

@@ -112,9 +112,12 @@ async def serve(listen: tuple[str, int], upstream: tuple[str, int], shape: Shape
         ]
         try:
             # Either side resetting ends both; a clean half-close waits for the other half.
-            _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in pending:
                 task.cancel()
+            for task in done:  # a reset peer is how connections end here, not an error
+                if not task.cancelled():
+                    task.exception()
         except asyncio.CancelledError:
             for task in tasks:  # shutting down: end quietly, the process is exiting
                 task.cancel()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from exporter.checks.path.check import PathCheck
 from exporter.checks.path.route import RouteCheck
 from exporter.config.load import parse_config
 from tests.support import ROOT
-from tests.support.netlab import Lab, Responder, in_netns, require_lab, sh
+from tests.support.netlab import Lab, Responder, binomial_interval, in_netns, require_lab, sh
 from tests.support.procs import http_get
 from tests.support.samples import parse, registry_value
 
@@ -49,20 +48,6 @@ PATHS = {
     "cm": (0.280, 0.040, 0.08),
 }
 BURST, SPACING, TIMEOUT, BURSTS = 100, "10ms", "600ms", 4
-
-
-def binomial_interval(n: int, p: float, mass: float = 0.99) -> tuple[int, int]:
-    """Central interval of Binomial(n, p) holding at least ``mass`` of the probability."""
-    tail = (1 - mass) / 2
-    cdf, lo, hi = 0.0, None, n
-    for k in range(n + 1):
-        cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
-        if lo is None and cdf > tail:
-            lo = k
-        if cdf >= 1 - tail:
-            hi = k
-            break
-    return lo or 0, hi
 
 
 def carrier_lab(lab: Lab) -> tuple[str, dict[str, tuple[str, str, Responder]]]:

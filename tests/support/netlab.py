@@ -4,7 +4,9 @@ Everything lives in namespaces the lab creates: the prober runs in a client name
 its own, so no address, route or sysctl of the host namespace is touched and the only
 addresses ever probed are those the lab assigned. Carrier namespaces ignore echoes in the
 kernel and answer them from ``netlab_responder.py`` (delay, jitter, loss); nftables rules
-drop TCP SYNs. Teardown stops every process by PID and deletes every namespace (which
+drop TCP SYNs, or a share of every TCP packet on a port (``tcp_drops``); TCP data is delayed
+by ``lab/delay_proxy.py`` (the scenario lab, ``tests/support/lab/``, builds carrier paths on
+these primitives). Teardown stops every process by PID and deletes every namespace (which
 deletes their veths), whatever happened before.
 
 Needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN), ``ip`` and ``nft``. ``require_lab()`` skips
@@ -14,6 +16,8 @@ without them, except under CI=true, where a missing capability fails instead.
 from __future__ import annotations
 
 import ctypes
+import json
+import math
 import os
 import shutil
 import signal
@@ -28,6 +32,7 @@ from typing import TypeVar
 import pytest
 
 RESPONDER = Path(__file__).resolve().parent / "netlab_responder.py"
+PROXY = Path(__file__).resolve().parent / "lab" / "delay_proxy.py"
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
@@ -56,6 +61,20 @@ def require_lab() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true and the network lab cannot run: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def binomial_interval(n: int, p: float, mass: float = 0.99) -> tuple[int, int]:
+    """Central interval of Binomial(n, p) holding at least ``mass`` of the probability."""
+    tail = (1 - mass) / 2
+    cdf, lo, hi = 0.0, None, n
+    for k in range(n + 1):
+        cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        if lo is None and cdf > tail:
+            lo = k
+        if cdf >= 1 - tail:
+            hi = k
+            break
+    return lo or 0, hi
 
 
 def sh(*args: str, input: str | None = None) -> str:
@@ -183,25 +202,85 @@ class Lab:
         ]
         if tcp_port:
             args += ["--tcp-port", str(tcp_port)]
+        return Responder(self._spawn_ready(ns, args, "responder"), log)
+
+    def delay_proxy(
+        self,
+        ns: str,
+        listen: str,
+        upstream: str,
+        delay: float,
+        jitter: float = 0.0,
+        seed: int = 1,
+        stall: float = 0.0,
+        stall_after: int = 3,
+    ) -> subprocess.Popen[bytes]:
+        """Relay TCP from ``listen`` (host:port inside ``ns``) to ``upstream``, each
+        direction's data held for half of ``delay`` +- half of ``jitter`` (a round trip of
+        ``delay``, like the responder's echoes)."""
+        args = [
+            sys.executable, str(PROXY), "--listen", listen, "--upstream", upstream,
+            "--delay", str(delay), "--jitter", str(jitter), "--seed", str(seed),
+            "--stall", str(stall), "--stall-after", str(stall_after),
+        ]
+        return self._spawn_ready(ns, args, "delay proxy")
+
+    def tcp_drops(self, ns: str, port: int, percent: int) -> None:
+        """Drop ``percent`` % of the TCP packets to and from ``port`` in ``ns``, both ways
+        and every packet (SYNs, data, ACKs), counted; replaces an earlier setting. The
+        kernel's retransmissions then do what a lossy path does to a stream."""
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "lossy"],
+                       capture_output=True)
+        if percent <= 0:
+            return
+        self.nft(ns, f"""
+            table inet lossy {{
+              chain input {{
+                type filter hook input priority 0; policy accept;
+                tcp dport {port} numgen random mod 100 < {percent} counter drop
+              }}
+              chain output {{
+                type filter hook output priority 0; policy accept;
+                tcp sport {port} numgen random mod 100 < {percent} counter drop
+              }}
+            }}""")
+
+    def nft_counters(self, ns: str) -> int:
+        """Packets counted by every nftables counter in ``ns`` (0 without rules)."""
+        ruleset = json.loads(sh("ip", "netns", "exec", ns, "nft", "-j", "list", "ruleset"))
+        return sum(
+            int(e["counter"]["packets"])
+            for item in ruleset["nftables"]
+            if "rule" in item
+            for e in item["rule"]["expr"]
+            if isinstance(e, dict) and "counter" in e
+        )
+
+    def _spawn_ready(self, ns: str, args: list[str], what: str) -> subprocess.Popen[bytes]:
         proc = self.spawn(ns, args, stdout=subprocess.PIPE)
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != b"ready":  # listening before anyone probes
-            raise RuntimeError(f"responder in {ns} did not start (exit {proc.poll()})")
-        return Responder(proc, log)
+            raise RuntimeError(f"{what} in {ns} did not start (exit {proc.poll()})")
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """Stop one process this lab started, by PID (its own process group)."""
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+            except ProcessLookupError:
+                pass
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def close(self) -> None:
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(5)
-                except ProcessLookupError:
-                    pass
-            if proc.stdout is not None:
-                proc.stdout.close()
+            self.stop(proc)
+        self.procs.clear()
         for ns in reversed(self.namespaces):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.namespaces.clear()

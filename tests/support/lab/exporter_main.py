@@ -1,0 +1,76 @@
+"""The real exporter (app, checks, server) with the fake NVML library in place of the driver,
+its GPUs set from a JSON file the lab writes and rewrites when a scenario applies:
+
+    python -m tests.support.lab.exporter_main CONFIG GPU_JSON
+
+``GPU_JSON`` is ``{"count": 1, "throttle": ["sw_thermal"], "utilization": 0.9,
+"dram_bw": 0.6, "memory_used": 0.8}``. A watcher thread re-reads it when it changes and
+updates the fake GPUs in place, so the GPU check sees the change at its next sample. The
+GPU count is fixed at start (NVML enumerates once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from exporter.checks.gpu.nvml import CLOCK_EVENT_REASONS
+from exporter.config.load import load_config
+from exporter.runtime.app import App
+from exporter.runtime.logs import setup_logging
+from tests.support.fake_nvml import FakeGpu, FakeNvml, h200
+
+BITS = {reason: bit for bit, reason in CLOCK_EVENT_REASONS}
+
+
+def apply(gpus: list[FakeGpu], spec: dict[str, Any]) -> None:
+    throttle = 0
+    for reason in spec.get("throttle", []):
+        throttle |= BITS[reason]
+    for gpu in gpus:
+        gpu.util_gpu = round(100 * spec.get("utilization", 0.85))
+        gpu.memory_used = int(gpu.memory_total * spec.get("memory_used", 0.8))
+        gpu.clock_event_reasons = throttle
+        # Thermal throttling shows as heat and lower clocks too, as on a real card.
+        hot = throttle & (BITS["sw_thermal"] | BITS["hw_thermal"])
+        gpu.temperature_c = 89 if hot else 61
+        gpu.sm_clock_mhz = 1200 if throttle else 1980
+        assert gpu.gpm is not None
+        gpu.gpm[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL] = 100 * spec.get("dram_bw", 0.5)
+
+
+def watch(path: Path, gpus: list[FakeGpu]) -> None:
+    seen = path.stat().st_mtime_ns
+    while True:
+        time.sleep(0.2)
+        try:
+            mtime = path.stat().st_mtime_ns
+            if mtime != seen:
+                seen = mtime
+                apply(gpus, json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # a rewrite in progress; the next poll reads it whole
+
+
+def main(argv: list[str]) -> int:
+    config_path, gpu_path = argv[0], Path(argv[1])
+    config = load_config(config_path)
+    spec = json.loads(gpu_path.read_text())
+    gpus = [h200(uuid=f"GPU-lab-{i:04d}") for i in range(spec.get("count", 1))]
+    apply(gpus, spec)
+    pynvml.nvmlLib = FakeNvml(gpus, clock=time.monotonic)
+    threading.Thread(target=watch, args=(gpu_path, gpus), daemon=True).start()
+    setup_logging(config.server.log_format, config.server.log_level)
+    asyncio.run(App(config, config_path).serve())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

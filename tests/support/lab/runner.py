@@ -1,0 +1,317 @@
+"""One scenario, end to end: the carrier lab, the simulator, background load, the real
+exporter with the fake NVML (and Prometheus for that source); apply; wait; read the
+diagnosis; compare with ``expect``.
+
+Every process is started through the lab (its own process group, stopped by PID) and every
+namespace is deleted in ``LabRun.close()``, which runs on failure, on Ctrl-C and on SIGTERM
+too. Everything listens inside the lab's namespaces, so nothing binds a host port.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.config.load import load_config
+from exporter.monitoring import generate
+from tests.support import ROOT
+from tests.support.lab.scenario import (
+    CARRIERS,
+    DEFAULT_HOPS,
+    CarrierPath,
+    Gpu,
+    Load,
+    Scenario,
+)
+from tests.support.lab.topology import PROXY_PORT, SITE_ADDR, CarrierLab
+from tests.support.netlab import in_netns
+from tests.support.procs import http_get
+from tests.support.simulator import simulate_args
+
+SIM_PORT = 8800
+EXPORTER_PORT = 9400
+PROMETHEUS_PORT = 9090
+#: Load while the lab is healthy, before a scenario applies.
+BASELINE_LOAD = Load(rate=2, prompt_tokens=256, max_tokens=32)
+#: Defaults of the generated config; a scenario's ``exporter:`` merges over them.
+DIAGNOSIS = {"window": "30s", "interval": "2s", "history": "10m", "min_requests": 3}
+SLO = {"ttft_p95_seconds": 1.0, "tpot_p95_seconds": 0.1}
+DIAGNOSIS_PATH = "/api/v1/diagnosis"
+
+PROMETHEUS = """
+global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
+rule_files: [{rules}/recording.yaml, {rules}/alerts.yaml]
+scrape_configs:
+  - job_name: llm
+    static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
+"""
+
+
+class LabError(Exception):
+    """The lab could not run the scenario (not a verdict mismatch); one line."""
+
+
+def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetime
+                    ) -> dict[str, Any]:
+    """The exporter config for a scenario: three carriers with a tagged probe and an ICMP
+    path each, one untagged probe on the direct link, the engine check and the GPU check."""
+    # A peak window twelve hours away: the run is off-peak from start to end, whatever the
+    # time of day, so no verdict depends on when CI happens to run.
+    far = now.astimezone(dt.UTC) + dt.timedelta(hours=12)
+    window = {"start": far.strftime("%H:%M"),
+              "end": (far + dt.timedelta(minutes=30)).strftime("%H:%M")}
+    probe = {"model": "simulated-model", "interval": "1s", "max_tokens": 16,
+             "min_spacing": "100ms", "engine": "sim",
+             "timeouts": {"connect": "2s", "first_token": "10s", "total": "20s"}}
+    probes = [{"name": "local", "url": f"http://{SITE_ADDR}:{SIM_PORT}/v1/chat/completions",
+               **probe}]
+    probes += [{"name": c, "url": f"http://{targets[c]}:{PROXY_PORT}/v1/chat/completions",
+                "carrier": c, **probe} for c in CARRIERS]
+    extra = scenario.exporter
+    return {
+        "server": {"listen_address": f"0.0.0.0:{EXPORTER_PORT}", "log_level": "warning"},
+        "peak_windows": {"timezone": "UTC", "windows": {"evening": window}},
+        "slo": {**SLO, **extra.get("slo", {})},
+        "engines": [{"name": "sim", "url": f"http://{SITE_ADDR}:{SIM_PORT}/metrics",
+                     "type": "vllm", "interval": "1s", "timeout": "900ms"}],
+        "probes": probes,
+        "paths": {
+            "interval": "2s", "burst": 10, "spacing": "50ms", "timeout": "1500ms",
+            "route_interval": "10s",
+            "carriers": {c: [{"name": "site", "host": targets[c], "region": "lab"}]
+                         for c in CARRIERS},
+        },
+        "gpu": {"enabled": True, "interval": "1s"},
+        **({"alerting": extra["alerting"]} if "alerting" in extra else {}),
+        "diagnosis": {**DIAGNOSIS, **extra.get("diagnosis", {})},
+    }
+
+
+def _post(url: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        if resp.status != 200:
+            raise LabError(f"{url}: HTTP {resp.status}")
+
+
+def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    tail = "" if log is None else " (log: " + log.read_text(errors="replace")[-300:].strip() + ")"
+    raise LabError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
+
+
+class LabRun:
+    """A running lab for one scenario. Use as a context manager; ``close()`` always cleans up."""
+
+    def __init__(self, scenario: Scenario, workdir: Path,
+                 sources: tuple[str, ...] = ("exporter",)) -> None:
+        self.scenario = scenario
+        self.workdir = workdir
+        self.sources = sources
+        self.lab: CarrierLab | None = None
+        self.sim: subprocess.Popen[bytes] | None = None
+        self.gpu_file = workdir / "gpu.json"
+        self.config_file = workdir / "config.yaml"
+        self.logs: dict[str, Path] = {}
+
+    def __enter__(self) -> LabRun:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing -------------------------------------------------------------------------
+    @property
+    def net(self) -> CarrierLab:
+        assert self.lab is not None, "the lab is not started"
+        return self.lab
+
+    def spawn(self, ns: str, what: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = self.logs[what] = self.workdir / f"{what}.log"
+        with log.open("wb") as out:
+            return self.net.spawn(ns, args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+    def client_get(self, path: str, port: int = EXPORTER_PORT, timeout: float = 5) -> tuple[int, str]:
+        """GET from inside the client namespace (where the exporter and Prometheus listen)."""
+        return in_netns(self.net.client,
+                        lambda: http_get(f"http://127.0.0.1:{port}{path}", timeout=timeout))
+
+    def sim_post(self, path: str, body: dict[str, Any]) -> None:
+        in_netns(self.net.client, lambda: _post(f"http://{SITE_ADDR}:{SIM_PORT}{path}", body))
+
+    def write_gpu(self, gpu: Gpu) -> None:
+        tmp = self.gpu_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(gpu.model_dump()))
+        tmp.replace(self.gpu_file)  # the exporter never reads half a file
+
+    # --- phases ---------------------------------------------------------------------------
+    def start(self) -> None:
+        s = self.scenario
+        self.lab = CarrierLab(self.workdir, SIM_PORT)
+        for carrier in CARRIERS:
+            self.net.set_route(carrier, list(DEFAULT_HOPS[carrier]))
+            self.net.shape(carrier, self.first(carrier), s.seed)
+        flags = dict(s.simulator.flags)
+        self.sim = self.spawn(self.net.site, "simulator", [
+            sys.executable, "-m", "exporter",
+            *simulate_args(SIM_PORT, fmt="vllm", host="0.0.0.0", seed=s.seed, **flags)])
+        _wait(lambda: in_netns(self.net.client, lambda: http_get(
+            f"http://{SITE_ADDR}:{SIM_PORT}/health", timeout=1)[0]) == 200,
+            20, "the simulator", self.logs["simulator"])
+
+        targets = {c: self.net.carriers[c].target for c in CARRIERS}
+        config = exporter_config(s, targets, dt.datetime.now(dt.UTC))
+        self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.write_gpu(s.gpu if s.baseline == 0 else Gpu(count=s.gpu.count))
+        self.spawn(self.net.client, "exporter", [
+            sys.executable, "-m", "tests.support.lab.exporter_main",
+            str(self.config_file), str(self.gpu_file)])
+        if "prometheus" in self.sources:
+            generated = self.workdir / "generated"
+            generate.write(load_config(self.config_file), generated)
+            prom = self.workdir / "prometheus.yml"
+            prom.write_text(PROMETHEUS.format(rules=generated / "rules", exporter=EXPORTER_PORT))
+            self.spawn(self.net.client, "prometheus", [
+                "prometheus", f"--config.file={prom}",
+                f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"])
+        _wait(lambda: self.client_get("/metrics", timeout=1)[0] == 200, 30, "the exporter",
+              self.logs["exporter"])
+        if "prometheus" in self.sources:
+            _wait(lambda: self.client_get("/-/ready", PROMETHEUS_PORT, 1)[0] == 200, 30,
+                  "prometheus", self.logs["prometheus"])
+
+        phases = []
+        if s.baseline > 0:
+            phases.append((s.baseline, BASELINE_LOAD))
+        phases.append((s.settle + 30, s.load))  # outlasts the read, never the run
+        self.spawn(self.net.site, "load", [
+            sys.executable, "-m", "tests.support.lab.load",
+            f"http://127.0.0.1:{SIM_PORT}/v1/chat/completions",
+            *(f"--phase={sec}:{p.rate}:{p.prompt_tokens}:{p.max_tokens}:{p.concurrency}"
+              for sec, p in phases)])
+
+    def first(self, carrier: str) -> CarrierPath:
+        """A carrier's shape from the start: the scenario's without a baseline phase."""
+        return self.scenario.path(carrier) if self.scenario.baseline == 0 else CarrierPath()
+
+    def apply(self) -> None:
+        """The scenario's faults, engine knobs, paths, routes and GPU state."""
+        s = self.scenario
+        if s.simulator.faults:
+            self.sim_post("/admin/faults", s.simulator.faults)
+        if s.simulator.config:
+            self.sim_post("/admin/config", s.simulator.config)
+        for carrier, path in s.paths.items():
+            if s.baseline > 0 and path.model_dump(exclude={"hops"}) != CarrierPath().model_dump(
+                    exclude={"hops"}):
+                self.net.shape(carrier, path, s.seed)
+            if path.hops is not None:
+                self.net.set_route(carrier, path.hops)
+        if s.baseline > 0:
+            self.write_gpu(s.gpu)
+        if s.simulator.down and self.sim is not None:
+            self.net.lab.stop(self.sim)
+
+    def diagnosis(self, source: str) -> dict[str, Any]:
+        window = {**DIAGNOSIS, **self.scenario.exporter.get("diagnosis", {})}["window"]
+        if source == "exporter":
+            status, body = self.client_get(DIAGNOSIS_PATH)
+            if status == 404:
+                raise LabError(f"the exporter answers 404 on {DIAGNOSIS_PATH}: the embedded "
+                               "diagnosis source is not on this branch yet")
+            if status != 200:
+                raise LabError(f"GET {DIAGNOSIS_PATH}: HTTP {status or 'no answer'}")
+            return json.loads(body)  # type: ignore[no-any-return]
+        proc = subprocess.run(
+            ["ip", "netns", "exec", self.net.client, sys.executable, "-m", "exporter",
+             "diagnose", "--prometheus", f"http://127.0.0.1:{PROMETHEUS_PORT}",
+             "--window", str(window), "--json"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60)
+        if proc.returncode not in (0, 1, 3):
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise LabError(f"diagnose --prometheus exited {proc.returncode}: {last}")
+        try:
+            return json.loads(proc.stdout)  # type: ignore[no-any-return]
+        except ValueError:
+            raise LabError("diagnose --prometheus --json printed no JSON") from None
+
+    def close(self) -> None:
+        if self.lab is not None:
+            self.lab.close()
+            self.lab = None
+
+
+def match(expect: list[dict[str, Any]], diagnosis: dict[str, Any]) -> list[str]:
+    """Why ``diagnosis`` does not meet ``expect`` ([] when it does). The first expected
+    verdict must be the primary one; the others must follow in the listed (chain) order;
+    an empty ``expect`` means no verdict and status ``healthy``. A scope matches on the keys
+    expected."""
+    verdicts = diagnosis.get("verdicts", [])
+    if not expect:
+        if verdicts:
+            return [f"expected no verdict, got {_names(verdicts)}"]
+        # No verdict because nothing could be decided is not healthy.
+        status = diagnosis.get("status")
+        return [] if status == "healthy" else [f"expected status 'healthy', got {status!r}"]
+    if not verdicts:
+        return [f"expected {_names(expect)}, got no verdict (status "
+                f"{diagnosis.get('status')!r})"]
+
+    def fits(want: dict[str, Any], got: dict[str, Any]) -> bool:
+        scope = got.get("scope", {})
+        return (want["layer"], want["cause"]) == (got["layer"], got["cause"]) and all(
+            scope.get(k) == v for k, v in want.get("scope", {}).items())
+
+    if not fits(expect[0], verdicts[0]):
+        return [f"expected primary {_names(expect[:1])}, got {_names(verdicts)}"]
+    rest = iter(verdicts[1:])
+    for want in expect[1:]:
+        if not any(fits(want, got) for got in rest):
+            return [f"expected {_names([want])} after the primary, in chain order; got "
+                    f"{_names(verdicts)}"]
+    return []
+
+
+def _names(verdicts: list[dict[str, Any]]) -> str:
+    def one(v: dict[str, Any]) -> str:
+        scope = ",".join(f"{k}={x}" for k, x in v.get("scope", {}).items())
+        return f"{v['layer']}/{v['cause']}" + (f"{{{scope}}}" if scope else "")
+    return "[" + ", ".join(one(v) for v in verdicts) + "]"
+
+
+def run_scenario(scenario: Scenario, workdir: Path, sources: tuple[str, ...],
+                 progress: Callable[[str], None] = lambda _: None,
+                 ) -> dict[str, tuple[dict[str, Any], list[str]]]:
+    """Run one scenario; per source, the diagnosis JSON and why it misses ``expect``."""
+    expect = [e.model_dump() for e in scenario.expect]
+    with LabRun(scenario, workdir, sources) as run:
+        progress(f"lab up; baseline {scenario.baseline:g}s")
+        time.sleep(scenario.baseline)
+        run.apply()
+        progress(f"scenario applied; settling {scenario.settle:g}s")
+        time.sleep(scenario.settle)
+        out = {}
+        for source in sources:
+            diagnosis = run.diagnosis(source)
+            out[source] = (diagnosis, match(expect, diagnosis))
+        return out

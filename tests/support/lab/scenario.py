@@ -1,0 +1,211 @@
+"""Scenario files (``tests/scenarios/*.yaml``): what the lab sets up, and what diagnosis it
+expects. Loaded with the exporter's own YAML reader, so every problem in a file is one line
+naming the file, the key and its line.
+
+Timeline of a run: everything starts healthy (default paths, the lab's default load, no
+faults; ``simulator.flags`` apply from the start because they are fixed at launch); after
+``baseline`` the scenario is applied (faults, engine config, load, paths, hops, GPU; or the
+engine is stopped); ``settle`` later the diagnosis is read and compared with ``expect``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from exporter import metrics
+from exporter.checks.path.routes import load_table
+from exporter.config.values import Duration, Ratio, StrictModel
+from exporter.config.yamlfile import ConfigError, compose_named, validate
+from exporter.diagnosis.result import CAUSES, SCOPE_KEYS
+
+#: The lab's carriers, in the order their namespaces and addresses are made.
+CARRIERS = ("mobile", "unicom", "telecom")
+#: Each carrier's route before a scenario changes it: one premium hop each.
+DEFAULT_HOPS: dict[str, tuple[str, ...]] = {
+    "mobile": ("cmin2",),
+    "unicom": ("cu_9929",),
+    "telecom": ("cn2",),
+}
+#: The RTT of a healthy carrier path, seconds.
+DEFAULT_DELAY = 0.02
+SOURCES = ("exporter", "prometheus")
+
+
+class ScenarioError(Exception):
+    """A bad scenario file; one line per problem."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = messages
+
+
+def hop_networks(hop: str) -> list[str]:
+    """What one ``hops`` entry stands for: a literal address, a network of the route table
+    (one hop in it), or a route class (one hop in each network its rule needs)."""
+    table = load_table()
+    try:
+        ipaddress.IPv4Address(hop)
+        return [hop]
+    except ValueError:
+        pass
+    if hop in table.networks:
+        return [hop]
+    for rule in table.rules:
+        if rule.route_class == hop:
+            return sorted(rule.networks)
+    known = sorted({*table.networks, *(r.route_class for r in table.rules)})
+    raise ValueError(f"{hop!r} is neither an IPv4 address, a network nor a route class of "
+                     f"the route table ({', '.join(known)})")
+
+
+class Simulator(StrictModel):
+    #: ``simulate`` CLI options by name (max_num_seqs: 4 -> --max-num-seqs 4), at launch.
+    flags: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    #: POST /admin/faults when the scenario is applied (docs/simulator.md, Faults).
+    faults: dict[str, float | int | bool] = Field(default_factory=dict)
+    #: POST /admin/config when the scenario is applied (run-time engine knobs).
+    config: dict[str, float | int | bool] = Field(default_factory=dict)
+    #: Stop the simulator when the scenario is applied: the engine is down.
+    down: bool = False
+
+    @field_validator("flags")
+    @classmethod
+    def _no_lab_flags(cls, v: dict[str, Any]) -> dict[str, Any]:
+        taken = {"host", "port", "format", "model"} & set(v)
+        if taken:
+            raise ValueError(f"set by the lab, not the scenario: {', '.join(sorted(taken))}")
+        return v
+
+    @field_validator("faults")
+    @classmethod
+    def _known_faults(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from exporter.simulator.faults import FaultError, Faults
+
+        try:
+            Faults().merged(v)
+        except FaultError as exc:
+            raise ValueError("; ".join(exc.messages)) from None
+        return v
+
+
+class Load(StrictModel):
+    """Background load on the engine (other users), sent by the lab straight to the site."""
+
+    rate: Annotated[float, Field(ge=0, le=200)] = 2.0  # requests per second
+    prompt_tokens: Annotated[int, Field(ge=1, le=100_000)] = 256
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 32
+    #: Requests in flight at most; arrivals beyond it wait (bounds the lab's own load).
+    concurrency: Annotated[int, Field(ge=1, le=256)] = 64
+
+
+class CarrierPath(StrictModel):
+    delay: Duration = DEFAULT_DELAY  # round trip added by the carrier
+    jitter: Duration = 0.0  # +- uniform, of the round trip
+    loss: Ratio = 0.0  # per packet, each way
+    #: The route once the scenario applies; absent: the carrier's default route.
+    hops: list[str] | None = None
+    stall: Duration = 0.0  # a gap in each streamed answer, network side
+    stall_after: Annotated[int, Field(ge=1)] = 3
+
+    @field_validator("hops")
+    @classmethod
+    def _realizable(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("a route needs at least one hop")
+            for hop in v:
+                hop_networks(hop)
+        return v
+
+    @model_validator(mode="after")
+    def _jitter_under_delay(self) -> CarrierPath:
+        if self.jitter > self.delay:
+            raise ValueError(f"jitter {self.jitter}s exceeds delay {self.delay}s")
+        if self.delay + self.jitter > 1.0:
+            # The lab's path check gives up on an echo after 1.5 s.
+            raise ValueError("delay + jitter over 1s: echoes would time out as lost")
+        return self
+
+    @property
+    def loss_percent(self) -> int:
+        return round(self.loss * 100)
+
+
+class Gpu(StrictModel):
+    count: Annotated[int, Field(ge=0, le=16)] = 1
+    throttle: list[Literal[metrics.GPU_CLOCK_EVENT_REASONS]] = Field(  # type: ignore[valid-type]
+        default_factory=list)
+    utilization: Ratio = 0.85
+    dram_bw: Ratio = 0.5
+    memory_used: Ratio = 0.8  # share of the memory in use
+
+
+class Expected(StrictModel):
+    layer: str
+    cause: str
+    scope: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _vocabulary(self) -> Expected:
+        if self.layer not in CAUSES:
+            raise ValueError(f"unknown layer {self.layer!r} (known: {', '.join(CAUSES)})")
+        if self.cause not in CAUSES[self.layer]:
+            raise ValueError(f"unknown cause {self.cause!r} for layer {self.layer} "
+                             f"(known: {', '.join(CAUSES[self.layer])})")
+        extra = set(self.scope) - set(SCOPE_KEYS)
+        if extra:
+            raise ValueError(f"unknown scope keys {sorted(extra)} (known: {', '.join(SCOPE_KEYS)})")
+        return self
+
+
+class Scenario(StrictModel):
+    description: str
+    seed: int = 1
+    baseline: Duration = 0.0
+    settle: Duration
+    #: The sources that can see this scenario (both read the same run).
+    sources: list[Literal["exporter", "prometheus"]] = Field(default_factory=lambda: list(SOURCES))
+    simulator: Simulator = Simulator()
+    load: Load = Load()
+    paths: dict[Literal["mobile", "unicom", "telecom"], CarrierPath] = Field(default_factory=dict)
+    gpu: Gpu = Gpu()
+    #: Merged into the generated exporter config (slo:, diagnosis:, alerting:).
+    exporter: dict[Literal["slo", "diagnosis", "alerting"], dict[str, Any]] = Field(
+        default_factory=dict)
+    #: Primary verdict first, then the secondary ones in chain order; [] means healthy.
+    expect: list[Expected]
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Scenario:
+        if self.baseline + self.settle > 180:
+            raise ValueError("baseline + settle over 3 minutes: the lab keeps scenarios short")
+        if not self.sources:
+            raise ValueError("sources: at least one of exporter, prometheus")
+        return self
+
+    def path(self, carrier: str) -> CarrierPath:
+        return self.paths.get(carrier, CarrierPath())  # type: ignore[call-overload]
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """The scenario in ``path``, or ScenarioError with one line per problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    try:
+        data, lines = compose_named(text, str(path))
+        if not isinstance(data, dict):
+            raise ScenarioError([f"{path}: a scenario is a mapping of keys, got {type(data).__name__}"])
+        return validate(Scenario, data, lines, str(path))
+    except ConfigError as exc:
+        raise ScenarioError(exc.messages) from None
+
+
+def scenario_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.yaml"))

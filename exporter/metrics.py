@@ -1004,3 +1004,10 @@ DIAGNOSIS_EVALUATIONS = _def(
     "Evaluations of the decision chain over the embedded windows.",
     section="diagnosis",
 )
+DIAGNOSIS_EVALUATION_ERRORS = _def(
+    "llm_diagnosis_evaluation_errors_total",
+    Kind.COUNTER,
+    "Embedded evaluations that raised and were skipped (the error is logged once until one "
+    "succeeds again); the last good diagnosis stays served.",
+    section="diagnosis",
+)

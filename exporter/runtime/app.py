@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 import platform
 import signal
@@ -33,6 +34,8 @@ from exporter.checks import Check, build_checks
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError
+from exporter.diagnosis.result import Diagnosis
+from exporter.runtime.evaluator import Evaluate, Evaluator, chain_evaluator
 from exporter.runtime.logs import setup_logging
 from exporter.runtime.peak import PeakWindowCollector
 from exporter.runtime.scheduler import CheckState, Scheduler
@@ -80,7 +83,10 @@ class App:
         config_path: str,
         clock: Callable[[], float] = time.time,
         adjust: Callable[[Config], Config] = lambda config: config,
+        evaluate: Evaluate | None = None,
     ) -> None:
+        """``evaluate`` replaces the decision chain (tests); by default each config's
+        thresholds drive the real one (``evaluator.chain_evaluator``)."""
         self.config_path = config_path
         self._adjust = adjust
         self.gen = build_generation(config)
@@ -96,8 +102,16 @@ class App:
             self._reloads.labels(outcome)
         self._last_reload_ok = metrics.EXPORTER_CONFIG_LAST_RELOAD_SUCCESSFUL.gauge(self.registry)
         self._last_reload_ok.set(1)
-        self.registry.register(PeakWindowCollector(lambda: self.gen.config.peak_windows, clock))
+        peak = PeakWindowCollector(lambda: self.gen.config.peak_windows, clock)
+        self.registry.register(peak)
         self.registry.register(_Delegate(lambda: self.gen.registry))
+        self.evaluator = Evaluator(
+            self.registry,
+            lambda: self.gen.config,
+            # The current generation's checks and the peak gauge: what the chain reads.
+            lambda: itertools.chain(self.gen.registry.collect(), peak.collect()),
+            chain_evaluator if evaluate is None else (lambda _config: evaluate),
+        )
         self._started = time.monotonic()
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
@@ -110,6 +124,10 @@ class App:
 
     def check_state(self, name: str) -> CheckState | None:
         return self.gen.scheduler.state.get(name)
+
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        return self.evaluator.last
 
     @property
     def ready(self) -> bool:
@@ -127,6 +145,7 @@ class App:
         # view: a full collection scanning it stalls the loop ~15 ms, inside a probe's timing.
         gc.freeze()
         self.gen.scheduler.start()
+        self.evaluator.start()
         log.info(
             "exporter started",
             extra={
@@ -149,6 +168,7 @@ class App:
         await self.shutdown()
 
     async def shutdown(self) -> None:
+        await self.evaluator.stop()
         await self.gen.scheduler.stop(timeout=SHUTDOWN_BUDGET - 2)
         if self._runner is not None:
             await asyncio.wait_for(self._runner.cleanup(), timeout=2)

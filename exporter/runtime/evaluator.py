@@ -1,0 +1,160 @@
+"""The embedded diagnosis: every ``diagnosis.interval``, snapshot the registry, evaluate the
+decision chain over the windows, keep the last ``Diagnosis`` and export it.
+
+The whole evaluation (collecting the samples, the window math, the chain) runs on a worker
+thread, so neither /metrics nor a check waits on it: collecting is safe there because
+prometheus_client's metric objects lock their values and the checks' own collectors read
+snapshots they replace whole (the engine views, the NVML snapshot). Pure Python still holds
+the GIL, so the loop may wait up to one switch interval (5 ms) at a time while it runs; the
+cost per evaluation is in docs/diagnosis.md.
+An evaluation that raises is logged once (until one succeeds again), counted in
+``llm_diagnosis_evaluation_errors_total`` and skipped; the exporter carries on.
+
+SIGHUP keeps the history when ``diagnosis.window``, ``interval`` and ``history`` are
+unchanged (the new generation's counters restart at zero, which the windows take as a
+counter reset), and starts a new, empty one when any of them changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from prometheus_client import CollectorRegistry
+
+from exporter import metrics
+from exporter.config.models import Config
+from exporter.diagnosis import chain
+from exporter.diagnosis.embedded import observe
+from exporter.diagnosis.observations import Observations
+from exporter.diagnosis.result import Diagnosis
+from exporter.diagnosis.thresholds import resolve
+from exporter.diagnosis.windows import History, raw_samples
+
+log = logging.getLogger("exporter.diagnosis")
+
+Evaluate = Callable[[Observations], Diagnosis]
+VerdictLabels = tuple[str, ...]
+
+_UNKNOWN = metrics.DIAGNOSIS_STATUSES[-1]
+assert _UNKNOWN == "unknown"
+
+
+def chain_evaluator(config: Config) -> Evaluate:
+    """The decision chain with ``config``'s thresholds (resolved once per config, so a
+    SIGHUP picks up new ones)."""
+    thresholds = resolve(config)
+    return partial(chain.diagnose, thresholds=thresholds)
+
+
+def verdict_labels(diagnosis: Diagnosis) -> dict[VerdictLabels, float]:
+    """``llm_diagnosis_verdict`` series: 2 for the primary verdict, 1 for the others (the
+    primary wins where two verdicts share one label set)."""
+    out: dict[VerdictLabels, float] = {}
+    for i, v in enumerate(diagnosis.verdicts):
+        # layer, cause, then the scope keys the label names share with result.SCOPE_KEYS.
+        scope = metrics.DIAGNOSIS_VERDICT_LABELS[2:]
+        labels = (v.layer, v.cause, *(v.scope.get(name, "") for name in scope))
+        out[labels] = max(out.get(labels, 0.0), 2.0 if i == 0 else 1.0)
+    return out
+
+
+class Evaluator:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        config: Callable[[], Config],
+        collect: Callable[[], Iterable[object]],
+        evaluate_for: Callable[[Config], Evaluate] = chain_evaluator,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._collect = collect
+        self._evaluate_for = evaluate_for
+        self._clock = clock
+        self._evaluate: tuple[Config, Evaluate] | None = None
+        self.history = History.from_config(config().diagnosis)
+        self.last: Diagnosis | None = None
+        self._failing: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._verdict = metrics.DIAGNOSIS_VERDICT.gauge(registry)
+        self._status = metrics.DIAGNOSIS_STATUS.gauge(registry)
+        self._evaluations = metrics.DIAGNOSIS_EVALUATIONS.counter(registry)
+        self._errors = metrics.DIAGNOSIS_EVALUATION_ERRORS.counter(registry)
+        self._shown: dict[VerdictLabels, float] = {}
+        self._set_status(_UNKNOWN)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="diagnosis")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.tick()
+            interval = self._config().diagnosis.interval
+            await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
+
+    async def tick(self) -> Diagnosis | None:
+        """One evaluation; None (counted and logged) if it failed."""
+        try:
+            config = self._config()
+            if not self.history.same_shape(config.diagnosis):
+                log.info("diagnosis windows changed; the history starts again")
+                self.history = History.from_config(config.diagnosis)
+            evaluate = self._evaluator(config)
+            now = self._clock()
+            diagnosis = await asyncio.to_thread(
+                self._step, self.history, config, evaluate, now
+            )
+            self._publish(diagnosis)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._errors.inc()
+            text = f"{type(exc).__name__}: {exc}"
+            if self._failing is None:
+                log.exception("diagnosis evaluation failed", extra={"error": text})
+            self._failing = text
+            return None
+        if self._failing is not None:
+            log.info("diagnosis evaluation recovered")
+            self._failing = None
+        return diagnosis
+
+    def _evaluator(self, config: Config) -> Evaluate:
+        if self._evaluate is None or self._evaluate[0] is not config:
+            self._evaluate = (config, self._evaluate_for(config))
+        return self._evaluate[1]
+
+    def _step(self, history: History, config: Config, evaluate: Evaluate, now: float) -> (
+        Diagnosis
+    ):
+        history.record(raw_samples(self._collect()), now)
+        return evaluate(observe(history, config, now))
+
+    def _publish(self, diagnosis: Diagnosis) -> None:
+        self.last = diagnosis
+        self._evaluations.inc()
+        self._set_status(diagnosis.status)
+        shown = verdict_labels(diagnosis)
+        for labels in self._shown.keys() - shown.keys():
+            self._verdict.remove(*labels)
+        for labels, value in shown.items():
+            self._verdict.labels(*labels).set(value)
+        self._shown = shown
+
+    def _set_status(self, status: str) -> None:
+        for s in metrics.DIAGNOSIS_STATUSES:
+            self._status.labels(s).set(1 if s == status else 0)

@@ -41,10 +41,11 @@ def _same(a: str, b: str) -> bool:
 
 
 def on_path(p: ProbeWindow, path: PathWindow) -> bool:
-    """A probe rides a path when it is tagged with the path's carrier (same target and
-    vantage point where both are known); an untagged probe rides no carrier's path."""
-    return (bool(p.carrier) and p.carrier == path.carrier and _same(p.target, path.target)
-            and _same(p.vantage, path.vantage))
+    """A probe rides a path when it is tagged with the path's carrier, from the same
+    vantage point where both are known; an untagged probe rides no carrier's path. Targets
+    are not compared: a probe's is its endpoint (host:port), a path's the name config gives
+    it, and a carrier tag already says which route the probe's traffic takes."""
+    return bool(p.carrier) and p.carrier == path.carrier and _same(p.vantage, path.vantage)
 
 
 def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, ...],

@@ -45,15 +45,19 @@ class Family:
             return self.name[: -len("_total")]
         return self.name
 
-    def create(self, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
-        """A prometheus_client object for this family on ``registry``."""
+    def create(
+        self, registry: CollectorRegistry, buckets: Sequence[float] | None = None
+    ) -> Counter | Gauge | Histogram:
+        """A prometheus_client object for this family on ``registry`` (a histogram with
+        ``buckets`` instead of the declared ones where a config chose its own)."""
         labels = list(self.labels)
         if self.kind is Kind.COUNTER:
             return Counter(self.base, self.help, labels, registry=registry)
         if self.kind is Kind.GAUGE:
             return Gauge(self.name, self.help, labels, registry=registry)
-        assert self.buckets is not None, f"{self.name}: histogram without buckets"
-        return Histogram(self.name, self.help, labels, buckets=self.buckets, registry=registry)
+        bounds = buckets or self.buckets
+        assert bounds is not None, f"{self.name}: histogram without buckets"
+        return Histogram(self.name, self.help, labels, buckets=bounds, registry=registry)
 
     def counter(self, registry: CollectorRegistry) -> Counter:
         assert self.kind is Kind.COUNTER
@@ -67,9 +71,11 @@ class Family:
         assert isinstance(metric, Gauge)
         return metric
 
-    def histogram(self, registry: CollectorRegistry) -> Histogram:
+    def histogram(
+        self, registry: CollectorRegistry, buckets: Sequence[float] | None = None
+    ) -> Histogram:
         assert self.kind is Kind.HISTOGRAM
-        metric = self.create(registry)
+        metric = self.create(registry, buckets)
         assert isinstance(metric, Histogram)
         return metric
 
@@ -955,6 +961,21 @@ PATH_ROUTE_CHANGES = _def(
     "Changes of route_class between two traceroutes that both saw hops (unknown is not a "
     "change); each is logged with the old and new class.",
     ROUTE_LABELS,
+    section="path",
+)
+PATH_ROUTE_ROUND_DURATION = _def(
+    "llm_path_route_round_duration_seconds",
+    Kind.GAUGE,
+    "How long the last complete round of traceroutes took: from its first trace to the "
+    "moment every route target had been traced once. Absent until one round completed.",
+    section="path",
+)
+PATH_ROUTE_ROUNDS_LATE = _def(
+    "llm_path_route_rounds_late_total",
+    Kind.COUNTER,
+    "Rounds of traceroutes still unfinished route_interval after they started (each is "
+    "logged at warning with what it would take: more paths.route_parallelism or a longer "
+    "route_interval).",
     section="path",
 )
 

@@ -192,8 +192,8 @@ def path_samples(text: str) -> dict[tuple[str, str, str], float]:
     """(family sample name, target, reason-or-route_class) -> value for llm_path_* samples."""
     out = {}
     for (name, labels), v in parse(text).items():
-        if name.startswith("llm_path_"):
-            found = dict(labels)
+        found = dict(labels)
+        if name.startswith("llm_path_") and "target" in found:  # not the section's own
             extra = found.get("reason") or found.get("route_class") or ""
             out[(name, found["target"], extra)] = v
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -199,6 +200,14 @@ class PathsConfig(StrictModel):
     spacing: Duration = 0.2
     timeout: Duration = 2.0
     route_interval: Duration = 600.0
+    #: Traceroutes running at once across the section's targets (each one thread, one socket).
+    route_parallelism: Annotated[int, Field(ge=1, le=64)] = 4
+    #: Which ICMP socket the section shares: auto (ping socket if allowed, else raw), raw, dgram.
+    icmp_socket: Literal["auto", "raw", "dgram"] = "auto"
+    #: TCP connects in flight across the section; a probe finding none free is skipped (busy).
+    max_tcp_connects: Annotated[int, Field(ge=1, le=10000)] = 256
+    #: Upper bounds of the RTT histogram (default: 26 from 1 ms to 4 s); fewer is cheaper.
+    rtt_buckets: Annotated[list[Duration], Field(min_length=1, max_length=40)] | None = None
     # Files, relative to the config file: carriers merged in (deploy/carriers-cn.yaml), and a
     # route table extending or replacing exporter/checks/path/data/routes-cn.yaml.
     include: str | None = None
@@ -210,6 +219,13 @@ class PathsConfig(StrictModel):
         for carrier, targets in self.carriers.items():
             require_unique([t.name for t in targets], f"carrier {carrier} target")
         return self
+
+    @field_validator("rtt_buckets")
+    @classmethod
+    def _increasing(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (value[0] <= 0 or any(b <= a for a, b in pairwise(value))):
+            raise PydanticCustomError("buckets", "bucket bounds must be positive and increasing")
+        return value
 
     @model_validator(mode="after")
     def _burst_fits(self) -> PathsConfig:

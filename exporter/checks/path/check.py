@@ -9,9 +9,8 @@ A packet is counted, as sent and maybe received, only once its fate is known: it
 came, or its deadline passed. Packets in flight are never counted as lost (smokeping_prober
 counts them, which biases its loss up).
 
-ICMP uses an unprivileged datagram ("ping") socket where net.ipv4.ping_group_range allows
-it, else a raw socket (root or CAP_NET_RAW). Replies carry kernel receive timestamps
-(SO_TIMESTAMPNS), so event-loop delay does not inflate the RTT. Targets are IPv4.
+All ICMP targets of a section share one echo socket (``icmp``); TCP connects in flight are
+capped per section (``TcpSlots``). Targets are IPv4.
 """
 
 from __future__ import annotations
@@ -21,20 +20,17 @@ import contextlib
 import errno
 import functools
 import logging
-import os
-import random
 import socket
 import statistics
-import struct
-import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from exporter import metrics
 from exporter.checks.base import Check
+from exporter.checks.path.icmp import EchoSocket, IcmpAccess
 from exporter.checks.path.jitter import rfc3550, rtt_diffs
 from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer, resolve_ipv4
 from exporter.checks.path.routes import RouteTableError, load_table
@@ -43,15 +39,9 @@ from exporter.config.yamlfile import ConfigError
 
 log = logging.getLogger("exporter.path")
 
-ICMP_ECHO_REPLY = 0
-ICMP_ECHO_REQUEST = 8
-#: The usual ping payload size, so routers treat our echoes like anyone's.
-PAYLOAD = bytes(56)
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-_TIMESPEC = struct.Struct("@qq")
 REASONS = {
     "icmp": ("permission", "resolve", "unreachable", "send"),
-    "tcp": ("resolve", "unreachable", "refused", "send"),
+    "tcp": ("resolve", "unreachable", "refused", "send", "busy"),
 }
 _UNREACHABLE = {
     errno.ENETUNREACH,
@@ -81,6 +71,8 @@ Settled = Callable[[int, float | None, str | None], None]
 def reason_of(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "refused"
+    if isinstance(exc, Busy):
+        return "busy"
     if isinstance(exc, OSError) and exc.errno in _UNREACHABLE:
         return "unreachable"
     return "send"
@@ -138,131 +130,6 @@ async def run_burst(
     return rtts
 
 
-# --- ICMP ---------------------------------------------------------------------------------
-
-
-def detect_icmp_mode() -> str | None:
-    """'dgram' (ping socket), 'raw', or None when neither is allowed here."""
-    for kind, mode in ((socket.SOCK_DGRAM, "dgram"), (socket.SOCK_RAW, "raw")):
-        try:
-            socket.socket(socket.AF_INET, kind, socket.IPPROTO_ICMP).close()
-            return mode
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EPERM):
-                raise
-    return None
-
-
-def permission_hint() -> str:
-    gid, exe = os.getgid(), os.path.realpath(sys.executable)
-    return (
-        "no ICMP socket is allowed, so ICMP path targets report reason=permission (TCP targets"
-        f" keep working); fix with either `setcap cap_net_raw+ep {exe}`"
-        ' (raw sockets) or `sysctl -w net.ipv4.ping_group_range="0 2147483647"` (ping sockets'
-        f' for every group; "{gid} {gid}" for this process\'s group only)'
-    )
-
-
-class IcmpAccess:
-    """The ICMP mode, detected once at the first ICMP burst and shared by a section."""
-
-    def __init__(self) -> None:
-        self._detected = False
-        self._mode: str | None = None
-
-    @property
-    def mode(self) -> str | None:
-        if not self._detected:
-            self._mode = detect_icmp_mode()
-            self._detected = True
-            if self._mode is None:
-                log.error(permission_hint())
-            else:
-                log.info("ICMP mode detected", extra={"icmp_mode": self._mode})
-        return self._mode
-
-
-def _checksum(data: bytes | bytearray) -> int:
-    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    total = (total >> 16) + (total & 0xFFFF)
-    total += total >> 16
-    return ~total & 0xFFFF
-
-
-class EchoSocket:
-    """One ICMP socket of one target: sends echoes, resolves each one's future on reply."""
-
-    def __init__(self, mode: str) -> None:
-        kind = socket.SOCK_DGRAM if mode == "dgram" else socket.SOCK_RAW
-        self._raw = mode == "raw"
-        self._sock = socket.socket(socket.AF_INET, kind, socket.IPPROTO_ICMP)
-        self._sock.setblocking(False)
-        self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        # A ping socket's kernel rewrites the id to its own and filters replies by it; on a
-        # raw socket every ICMP packet of the host arrives and the id tells ours apart.
-        self._ident = random.getrandbits(16)
-        self._seq = random.getrandbits(16)
-        self._waiting: dict[int, tuple[asyncio.Future[float], int, float]] = {}
-        self._addr = ""
-        self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(self._sock.fileno(), self._readable)
-
-    def send(self, addr: str) -> asyncio.Future[float]:
-        self._addr = addr
-        self._seq = seq = (self._seq + 1) & 0xFFFF
-        header = struct.pack("!BBHHH", ICMP_ECHO_REQUEST, 0, 0, self._ident, seq)
-        packet = bytearray(header + PAYLOAD)
-        struct.pack_into("!H", packet, 2, _checksum(packet))
-        fut: asyncio.Future[float] = self._loop.create_future()
-        sent_wall, sent_mono = time.time_ns(), time.perf_counter()
-        try:
-            self._sock.sendto(packet, (addr, 0))
-        except OSError as exc:
-            fut.set_exception(exc)
-            return fut
-        self._waiting[seq] = (fut, sent_wall, sent_mono)
-        fut.add_done_callback(lambda _: self._waiting.pop(seq, None))
-        return fut
-
-    def _readable(self) -> None:
-        while True:
-            try:
-                data, ancdata, _, src = self._sock.recvmsg(2048, 64)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return  # an ICMP error reported on the socket; its echo times out
-            now_mono = time.perf_counter()
-            if self._raw:
-                if src[0] != self._addr:
-                    continue
-                data = data[(data[0] & 0x0F) * 4 :]
-            if len(data) < 8 or data[0] != ICMP_ECHO_REPLY:
-                continue
-            ident, seq = struct.unpack_from("!HH", data, 4)
-            if self._raw and ident != self._ident:
-                continue
-            entry = self._waiting.pop(seq, None)
-            if entry is None or entry[0].done():
-                continue
-            fut, sent_wall, sent_mono = entry
-            rtt = now_mono - sent_mono
-            for level, kind, value in ancdata:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                    sec, nsec = _TIMESPEC.unpack_from(value)
-                    kernel = (sec * 1_000_000_000 + nsec - sent_wall) / 1e9
-                    # Wall clocks can step; the kernel time is used only when it is sane.
-                    if 0 <= kernel <= rtt:
-                        rtt = kernel
-            fut.set_result(rtt)
-
-    def close(self) -> None:
-        self._loop.remove_reader(self._sock.fileno())
-        self._sock.close()
-        for fut, _, _ in list(self._waiting.values()):
-            fut.cancel()
-
-
 # --- TCP ----------------------------------------------------------------------------------
 
 
@@ -288,8 +155,36 @@ async def tcp_connect_time(addr: str, port: int) -> float:
         return time.perf_counter() - start
 
 
-def tcp_send(addr: str, port: int) -> asyncio.Future[float]:
-    return asyncio.ensure_future(tcp_connect_time(addr, port))
+class Busy(Exception):
+    """A probe not sent: the section's connects in flight were at their cap. It is neither
+    sent nor lost; ``llm_path_errors_total{reason="busy"}`` counts it."""
+
+
+class TcpSlots:
+    """The cap on a section's TCP connects in flight, shared by its targets.
+
+    Each connect holds a socket (a file descriptor) until it is answered or its deadline
+    passes; a thousand black-holed targets would otherwise hold ``timeout / spacing``
+    sockets each. A probe finding no slot is skipped (Busy), never queued: waiting would
+    shift its send time and eat into its deadline.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.in_flight = 0
+
+    def send(self, addr: str, port: int) -> asyncio.Future[float]:
+        if self.in_flight >= self.cap:
+            fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+            fut.set_exception(Busy(f"{self.cap} TCP connects in flight (paths.max_tcp_connects)"))
+            return fut
+        self.in_flight += 1
+        task = asyncio.ensure_future(tcp_connect_time(addr, port))
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, _: object) -> None:
+        self.in_flight -= 1
 
 
 # --- the check ----------------------------------------------------------------------------
@@ -306,12 +201,14 @@ class PathMetrics:
     errors: Counter
 
     @classmethod
-    def create(cls, registry: CollectorRegistry) -> PathMetrics:
+    def create(
+        cls, registry: CollectorRegistry, rtt_buckets: Sequence[float] | None = None
+    ) -> PathMetrics:
         return cls(
             metrics.PATH_PACKETS_SENT.counter(registry),
             metrics.PATH_PACKETS_RECEIVED.counter(registry),
             metrics.PATH_LOSS.gauge(registry),
-            metrics.PATH_RTT.histogram(registry),
+            metrics.PATH_RTT.histogram(registry, rtt_buckets),
             metrics.PATH_JITTER.gauge(registry),
             metrics.PATH_LAST_SUCCESS.gauge(registry),
             metrics.PATH_ERRORS.counter(registry),
@@ -331,12 +228,14 @@ class PathCheck(Check):
         paths: PathsConfig,
         fams: PathMetrics,
         icmp: IcmpAccess,
+        tcp: TcpSlots | None = None,
         resolve: Resolver = resolve_ipv4,
     ) -> None:
         super().__init__(f"{carrier}/{target.name}", paths.interval, paths.interval)
         self.spec = target
         self.burst, self.spacing, self.probe_timeout = paths.burst, paths.spacing, paths.timeout
         self.icmp = icmp
+        self.tcp = tcp or TcpSlots(paths.max_tcp_connects)
         self._resolve = resolve
         labels = (carrier, target.name, target.region, target.protocol)
         self._labels = labels
@@ -347,6 +246,7 @@ class PathCheck(Check):
         self._errors = {r: fams.errors.labels(*labels, r) for r in REASONS[target.protocol]}
         self._socket: EchoSocket | None = None
         self._addr: str | None = None
+        self._unsent = 0  # probes of this burst skipped as busy
         self.jitter: float | None = None  # the RFC 3550 state, kept across bursts
 
     def describe(self) -> str:
@@ -374,16 +274,19 @@ class PathCheck(Check):
 
     def _sender(self, addr: str) -> SendOne:
         if self.spec.protocol == "tcp":
-            return functools.partial(tcp_send, addr, self.spec.tcp_port)
-        mode = self.icmp.mode
-        if mode is None:
+            return functools.partial(self.tcp.send, addr, self.spec.tcp_port)
+        if self._socket is None:
+            self._socket = self.icmp.acquire()
+        if self._socket is None:
             self._errors["permission"].inc()
             raise PathError("permission", "no ICMP socket allowed (see the startup log line)")
-        if self._socket is None:
-            self._socket = EchoSocket(mode)
         return functools.partial(self._socket.send, addr)
 
     def _settled(self, _: int, rtt: float | None, reason: str | None) -> None:
+        if reason == "busy":
+            self._unsent += 1
+            self._errors[reason].inc()
+            return
         self._sent.inc()
         if rtt is not None:
             self._received.inc()
@@ -394,9 +297,12 @@ class PathCheck(Check):
     async def run(self) -> None:
         addr = await self._address()
         send = self._sender(addr)
+        self._unsent = 0
         rtts = await run_burst(send, self.burst, self.spacing, self.probe_timeout, self._settled)
         answered = sum(r is not None for r in rtts)
-        self._fams.loss.labels(*self._labels).set(1 - answered / len(rtts))
+        if self._unsent == len(rtts):
+            raise PathError("busy", f"no probe sent: {self.tcp.cap} TCP connects in flight")
+        self._fams.loss.labels(*self._labels).set(1 - answered / (len(rtts) - self._unsent))
         diffs = rtt_diffs(rtts)
         self.jitter = rfc3550(self.jitter, diffs)
         if self.jitter is not None:
@@ -413,8 +319,8 @@ class PathCheck(Check):
 
     async def close(self) -> None:
         if self._socket is not None:
-            self._socket.close()
             self._socket = None
+            self.icmp.release()
 
 
 #: The config key this check reads (the registry orders and finds checks by it).
@@ -426,17 +332,18 @@ def build(config: Config, registry: CollectorRegistry) -> list[Check]:
     paths = config.paths
     if paths is None:
         return []
-    fams = PathMetrics.create(registry)
+    fams = PathMetrics.create(registry, paths.rtt_buckets)
     route_fams = RouteMetrics.create(registry)
     try:
         table = load_table(paths.route_table)
     except RouteTableError as exc:
         raise ConfigError([f"{config.where('paths', 'route_table')}: {exc}"]) from None
-    icmp, tracer = IcmpAccess(), Tracer()
+    icmp, tcp = IcmpAccess(paths.icmp_socket), TcpSlots(paths.max_tcp_connects)
+    tracer = Tracer(paths.route_parallelism, paths.route_interval, route_fams)
     checks: list[Check] = []
     for carrier, targets in paths.carriers.items():
         for target in targets:
-            checks.append(PathCheck(carrier, target, paths, fams, icmp))
+            checks.append(PathCheck(carrier, target, paths, fams, icmp, tcp))
             checks.append(
                 RouteCheck(
                     carrier, target, paths.route_interval, paths.timeout, table, tracer, route_fams

@@ -2,10 +2,10 @@
 
 The trace sends UDP probes with rising TTL and reads the routers' ICMP answers from the
 socket's error queue (IP_RECVERR, as tracepath does), so it needs no privilege at all. It
-blocks, so it runs in a worker thread; one thread per paths section makes the traceroutes
-run one at a time across all targets, and a trace still queued when its check times out
-is dropped rather than run late. Only the class, the hop count and a change counter are
-exported: hop addresses never become labels.
+blocks, so it runs on a worker thread: ``paths.route_parallelism`` threads per paths section
+run that many traces at once, and a trace still queued when its check times out is dropped
+rather than run late (a late round is counted and logged, see ``Tracer``). Only the class,
+the hop count and a change counter are exported: hop addresses never become labels.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import math
 import select
 import socket
+import statistics
 import struct
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -145,29 +148,114 @@ def udp_trace(
 
 
 class Tracer:
-    """Runs traces one at a time on a thread of its own, shared by a section's checks."""
+    """Runs a section's traces on ``parallelism`` worker threads, and keeps count of rounds.
 
-    def __init__(self, gap: float = TRACE_GAP) -> None:
+    Each worker pauses ``gap`` between its own traces. A *round* is every target traced
+    once; it starts with the first trace after the last round ended. A round still open
+    ``route_interval`` after it started is late: counted, and logged once with what it
+    would take (the scheduler then drops the traces still queued when their check times
+    out, so without this the tail targets would just never be traced).
+    """
+
+    def __init__(
+        self,
+        parallelism: int = 1,
+        route_interval: float = 600.0,
+        fams: RouteMetrics | None = None,
+        gap: float = TRACE_GAP,
+    ) -> None:
+        self.parallelism = parallelism
+        self.route_interval = route_interval
+        self._fams = fams
         self._pool: ThreadPoolExecutor | None = None
         self._gap = gap
-        self._last_end = -gap
+        self._local = threading.local()
+        self._targets: set[str] = set()
+        self._traced: set[str] = set()
+        self._round_start: float | None = None
+        self._late_timer: asyncio.TimerHandle | None = None
+        self._durations: list[float] = []  # of this round's traces, gap included
+        self._warned = False
 
-    def _paced(self, addr: str, timeout: float) -> Trace:
-        time.sleep(max(0.0, self._last_end + self._gap - time.monotonic()))
+    def register(self, target: str) -> None:
+        self._targets.add(target)
+
+    def _paced(self, addr: str, timeout: float) -> tuple[Trace, float]:
+        last_end: float = getattr(self._local, "last_end", -self._gap)
+        time.sleep(max(0.0, last_end + self._gap - time.monotonic()))
+        started = time.monotonic()
         try:
-            return udp_trace(addr, timeout)
+            return udp_trace(addr, timeout), time.monotonic() - started + self._gap
         finally:
-            self._last_end = time.monotonic()
+            self._local.last_end = time.monotonic()
 
-    async def trace(self, addr: str, timeout: float) -> Trace:
-        # Created on first use, from the event loop's thread, so the worker is born in the
+    async def trace(self, addr: str, timeout: float, target: str = "") -> Trace:
+        # Created on first use, from the event loop's thread, so the workers are born in the
         # same network namespace as the loop (the test lab relies on this).
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceroute")
+            self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="traceroute")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._paced, addr, timeout)
+        if self._round_start is None:
+            self._round_start = loop.time()
+            self._late_timer = loop.call_later(self.route_interval, self._late)
+        try:
+            trace, took = await loop.run_in_executor(self._pool, self._paced, addr, timeout)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            self._done(target, loop.time(), None)
+            raise
+        self._done(target, loop.time(), took)
+        return trace
+
+    def skipped(self, target: str) -> None:
+        """``target`` will not be traced this round (its host did not resolve)."""
+        self._done(target, asyncio.get_running_loop().time(), None)
+
+    def _done(self, target: str, now: float, took: float | None) -> None:
+        self._traced.add(target)
+        if took is not None:
+            self._durations.append(took)
+        if self._round_start is None or not self._traced >= self._targets:
+            return
+        if self._fams is not None:
+            self._fams.round_duration.set(now - self._round_start)
+        if self._late_timer is not None:
+            self._late_timer.cancel()
+        if self._warned and now - self._round_start <= self.route_interval:
+            log.info("traceroute rounds finish within route_interval again")
+            self._warned = False
+        self._round_start, self._late_timer = None, None
+        self._traced.clear()
+        self._durations.clear()
+
+    def _late(self) -> None:
+        if self._fams is not None:
+            self._fams.rounds_late.inc()
+        mean = statistics.fmean(self._durations) if self._durations else self._gap
+        targets = len(self._targets)
+        needed = math.ceil(targets / self.parallelism) * mean
+        enough = math.ceil(targets * mean / (self.route_interval * 0.8))
+        if not self._warned:
+            log.warning(
+                "traceroute round not done within route_interval",
+                extra={
+                    "traced": len(self._traced & self._targets),
+                    "targets": targets,
+                    "route_interval": self.route_interval,
+                    "route_parallelism": self.parallelism,
+                    "mean_trace_seconds": round(mean, 2),
+                    "round_needs_seconds": round(needed),
+                    "hint": f"raise paths.route_parallelism to {enough} or paths.route_interval"
+                    f" to {math.ceil(needed * 1.25)}s, or trace fewer targets",
+                },
+            )
+            self._warned = True
 
     def close(self) -> None:
+        if self._late_timer is not None:
+            self._late_timer.cancel()
+            self._late_timer = None
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -177,6 +265,8 @@ class RouteMetrics:
     info: Gauge
     hops: Gauge
     changes: Counter
+    round_duration: Gauge
+    rounds_late: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> RouteMetrics:
@@ -184,6 +274,8 @@ class RouteMetrics:
             metrics.PATH_ROUTE_INFO.gauge(registry),
             metrics.PATH_HOP_COUNT.gauge(registry),
             metrics.PATH_ROUTE_CHANGES.counter(registry),
+            metrics.PATH_ROUTE_ROUND_DURATION.gauge(registry),
+            metrics.PATH_ROUTE_ROUNDS_LATE.counter(registry),
         )
 
 
@@ -207,6 +299,7 @@ class RouteCheck(Check):
         self._probe_timeout = probe_timeout
         self._table = table
         self._tracer = tracer
+        tracer.register(self.name)
         self._info = fams.info
         self._hops = fams.hops
         self._changes = fams.changes.labels(carrier, target.name)
@@ -222,8 +315,12 @@ class RouteCheck(Check):
         return self._shown
 
     async def run(self) -> None:
-        addr = await resolve_ipv4(self.host)
-        trace = await self._tracer.trace(addr, self._probe_timeout)
+        try:
+            addr = await resolve_ipv4(self.host)
+        except OSError:
+            self._tracer.skipped(self.name)  # this round is not waiting for it
+            raise
+        trace = await self._tracer.trace(addr, self._probe_timeout, self.name)
         new = self._table.classify(a for hop in trace.hops.values() for a in hop)
         if new != self._shown:
             if self._shown is not None:

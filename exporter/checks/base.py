@@ -8,11 +8,17 @@ blocks runs in a worker thread, never on the event loop.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 
 from exporter.config.models import Config
+from exporter.metrics import Family
+
+#: One series a check owns: its family in the schema, the prometheus_client object of that
+#: family, and the series' label values.
+Series = tuple[Family, MetricWrapperBase, tuple[str, ...]]
 
 
 class Check(ABC):
@@ -35,6 +41,12 @@ class Check(ABC):
     def describe(self) -> str:
         """One line for check-config and the index page (no secrets)."""
         return ""
+
+    def series(self) -> Iterable[Series]:
+        """Every series of this check that exists now, where its families' series all
+        belong to one check each (path checks: thousands of targets). The scheduler renders
+        them to text when a run ends, so a scrape need not (runtime/exposition.py)."""
+        return ()
 
     async def close(self) -> None:
         """Release sessions, sockets, threads. Called once when the check is retired."""

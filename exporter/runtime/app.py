@@ -16,6 +16,7 @@ import platform
 import signal
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -36,6 +37,7 @@ from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError
 from exporter.diagnosis.result import Diagnosis
 from exporter.runtime.evaluator import Evaluate, Evaluator, chain_evaluator
+from exporter.runtime.exposition import TrackedRegistry, render
 from exporter.runtime.logs import setup_logging
 from exporter.runtime.peak import PeakWindowCollector
 from exporter.runtime.scheduler import CheckState, Scheduler
@@ -56,8 +58,13 @@ SHUTDOWN_BUDGET = 5.0
 @dataclass
 class Generation:
     config: Config
-    registry: CollectorRegistry
+    registry: TrackedRegistry
     scheduler: Scheduler
+
+    def live(self) -> list[Collector]:
+        """The collectors a scrape renders now: those whose series no check owns."""
+        prepared = self.scheduler.prepared.parents
+        return [c for c in self.registry.collectors if c not in prepared]
 
 
 class _Delegate(Collector):
@@ -71,7 +78,7 @@ class _Delegate(Collector):
 
 
 def build_generation(config: Config) -> Generation:
-    registry = CollectorRegistry(auto_describe=False)
+    registry = TrackedRegistry()
     checks = build_checks(config, registry)
     return Generation(config, registry, Scheduler(checks, registry))
 
@@ -90,7 +97,8 @@ class App:
         self.config_path = config_path
         self._adjust = adjust
         self.gen = build_generation(config)
-        self.registry = CollectorRegistry(auto_describe=False)
+        self._root = TrackedRegistry()
+        self.registry: CollectorRegistry = self._root
         # process_* (CPU, RSS, open fds) and python_* as every exporter serves them.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(collector)
@@ -104,7 +112,10 @@ class App:
         self._last_reload_ok.set(1)
         peak = PeakWindowCollector(lambda: self.gen.config.peak_windows, clock)
         self.registry.register(peak)
-        self.registry.register(_Delegate(lambda: self.gen.registry))
+        self._delegate = _Delegate(lambda: self.gen.registry)
+        self.registry.register(self._delegate)
+        # One thread renders /metrics, so scrapes never run on the event loop nor pile up.
+        self._render_pool = ThreadPoolExecutor(1, thread_name_prefix="metrics")
         self.evaluator = Evaluator(
             self.registry,
             lambda: self.gen.config,
@@ -128,6 +139,15 @@ class App:
     @property
     def diagnosis(self) -> Diagnosis | None:
         return self.evaluator.last
+
+    async def metrics_body(self, openmetrics: bool) -> bytes:
+        """The /metrics exposition, rendered on the render thread (exposition.py)."""
+        gen = self.gen
+        live = [c for c in self._root.collectors if c is not self._delegate] + gen.live()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._render_pool, render, live, gen.scheduler.prepared, openmetrics
+        )
 
     @property
     def ready(self) -> bool:
@@ -168,6 +188,7 @@ class App:
         await self.shutdown()
 
     async def shutdown(self) -> None:
+        self._render_pool.shutdown(wait=False)
         await self.evaluator.stop()
         await self.gen.scheduler.stop(timeout=SHUTDOWN_BUDGET - 2)
         if self._runner is not None:

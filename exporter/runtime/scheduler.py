@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
 from exporter import metrics, redact
-from exporter.checks.base import Check
+from exporter.checks.base import Check, Series
+from exporter.runtime.exposition import Prepared
 
 log = logging.getLogger("exporter.runtime.scheduler")
 
@@ -45,8 +48,10 @@ class Scheduler:
         checks: list[Check],
         registry: CollectorRegistry,
         rng: random.Random | None = None,
+        prepared: Prepared | None = None,
     ) -> None:
         self.checks = checks
+        self.prepared = prepared or Prepared()
         self.state = {c.name: CheckState() for c in checks}
         self._rng = rng or random.Random()
         self._tasks: list[asyncio.Task[None]] = []
@@ -58,6 +63,21 @@ class Scheduler:
             for outcome in metrics.CHECK_OUTCOMES:
                 self._runs.labels(check.name, outcome)
             self._duration.labels(check.name)
+        self._succeeded: set[str] = set()
+        for check in checks:
+            self._prepare(check)
+
+    def _prepare(self, check: Check) -> None:
+        """Render the series of ``check`` and of its runs for /metrics, which change only
+        while it runs (exposition.py)."""
+        self.prepared.update(check.name, itertools.chain(check.series(), self._series(check)))
+
+    def _series(self, check: Check) -> Iterator[Series]:
+        for outcome in metrics.CHECK_OUTCOMES:
+            yield metrics.EXPORTER_CHECK_RUNS, self._runs, (check.name, outcome)
+        yield metrics.EXPORTER_CHECK_DURATION, self._duration, (check.name,)
+        if check.name in self._succeeded:
+            yield metrics.EXPORTER_CHECK_LAST_SUCCESS, self._last_success, (check.name,)
 
     @property
     def all_ran(self) -> bool:
@@ -145,9 +165,11 @@ class Scheduler:
             )
         elif not failing:
             self._last_success.labels(check.name).set(state.last_run_at)
+            self._succeeded.add(check.name)
             if state.failing:
                 log.info("check recovered", extra={"check": check.name})
         state.failing = failing
+        self._prepare(check)
         return outcome
 
 

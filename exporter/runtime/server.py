@@ -25,6 +25,8 @@ class Served(Protocol):
     registry: CollectorRegistry
     config_path: str
 
+    async def metrics_body(self, openmetrics: bool) -> bytes: ...
+
     @property
     def checks(self) -> Sequence[Check]: ...
 
@@ -42,8 +44,8 @@ APP_KEY: web.AppKey[Served] = web.AppKey("exporter")
 
 async def handle_metrics(request: web.Request) -> web.Response:
     app = request.app[APP_KEY]
-    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    body = encoder(app.registry)
+    _, content_type = choose_encoder(request.headers.get("Accept", ""))
+    body = await app.metrics_body(content_type.startswith("application/openmetrics-text"))
     resp = web.Response(body=body, headers={"Content-Type": content_type})
     if "gzip" in request.headers.get("Accept-Encoding", ""):
         resp.enable_compression()

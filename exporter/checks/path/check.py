@@ -23,13 +23,13 @@ import logging
 import socket
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from exporter import metrics
-from exporter.checks.base import Check
+from exporter.checks.base import Check, Series
 from exporter.checks.path.icmp import EchoSocket, IcmpAccess
 from exporter.checks.path.jitter import rfc3550, rtt_diffs
 from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer, resolve_ipv4
@@ -247,6 +247,8 @@ class PathCheck(Check):
         self._socket: EchoSocket | None = None
         self._addr: str | None = None
         self._unsent = 0  # probes of this burst skipped as busy
+        # Which conditional series exist (series() lists exactly those).
+        self._has_loss = self._has_mean_abs = self._has_success = False
         self.jitter: float | None = None  # the RFC 3550 state, kept across bursts
 
     def describe(self) -> str:
@@ -303,6 +305,7 @@ class PathCheck(Check):
         if self._unsent == len(rtts):
             raise PathError("busy", f"no probe sent: {self.tcp.cap} TCP connects in flight")
         self._fams.loss.labels(*self._labels).set(1 - answered / (len(rtts) - self._unsent))
+        self._has_loss = True
         diffs = rtt_diffs(rtts)
         self.jitter = rfc3550(self.jitter, diffs)
         if self.jitter is not None:
@@ -310,12 +313,31 @@ class PathCheck(Check):
         if diffs:
             mean_abs = self._fams.jitter.labels(*self._labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
             mean_abs.set(statistics.fmean(diffs))
+            self._has_mean_abs = True
         else:
+            self._has_mean_abs = False
             with contextlib.suppress(KeyError):  # undefined for this burst: absent
                 self._fams.jitter.remove(*self._labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
         if not answered:
             raise PathError(None, f"no answer from {addr} to any of {len(rtts)} probes")
         self._fams.last_success.labels(*self._labels).set(time.time())
+        self._has_success = True
+
+    def series(self) -> Iterator[Series]:
+        f, labels = self._fams, self._labels
+        yield metrics.PATH_PACKETS_SENT, f.sent, labels
+        yield metrics.PATH_PACKETS_RECEIVED, f.received, labels
+        yield metrics.PATH_RTT, f.rtt, labels
+        for reason in REASONS[self.spec.protocol]:
+            yield metrics.PATH_ERRORS, f.errors, (*labels, reason)
+        if self._has_loss:
+            yield metrics.PATH_LOSS, f.loss, labels
+        if self.jitter is not None:
+            yield metrics.PATH_JITTER, f.jitter, (*labels, metrics.PATH_JITTER_RFC3550)
+        if self._has_mean_abs:
+            yield metrics.PATH_JITTER, f.jitter, (*labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
+        if self._has_success:
+            yield metrics.PATH_LAST_SUCCESS, f.last_success, labels
 
     async def close(self) -> None:
         if self._socket is not None:

@@ -21,13 +21,14 @@ import statistics
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from exporter import metrics
-from exporter.checks.base import Check
+from exporter.checks.base import Check, Series
 from exporter.checks.path.routes import UNKNOWN, RouteTable
 from exporter.config.models import PathTarget
 
@@ -300,9 +301,11 @@ class RouteCheck(Check):
         self._table = table
         self._tracer = tracer
         tracer.register(self.name)
+        self._fams = fams
         self._info = fams.info
         self._hops = fams.hops
         self._changes = fams.changes.labels(carrier, target.name)
+        self._has_hops = False
         self._labels = (carrier, target.name)
         self._shown: str | None = None  # route_class of the info series now exported
         self._known: str | None = None  # last class from a trace that saw hops
@@ -329,7 +332,9 @@ class RouteCheck(Check):
             self._shown = new
         if trace.reached is not None:
             self._hops.labels(*self._labels).set(trace.reached)
+            self._has_hops = True
         else:
+            self._has_hops = False
             with contextlib.suppress(KeyError):  # absent, not zero, while unknown
                 self._hops.remove(*self._labels)
         log.debug(
@@ -345,6 +350,13 @@ class RouteCheck(Check):
                 extra={"check": self.name, "old": self._known, "new": new},
             )
         self._known = new
+
+    def series(self) -> Iterator[Series]:
+        yield metrics.PATH_ROUTE_CHANGES, self._fams.changes, self._labels
+        if self._shown is not None:
+            yield metrics.PATH_ROUTE_INFO, self._info, (*self._labels, self._shown)
+        if self._has_hops:
+            yield metrics.PATH_HOP_COUNT, self._hops, self._labels
 
     async def close(self) -> None:
         self._tracer.close()

@@ -4,6 +4,7 @@ same registry, in both formats, and is rendered off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import socket
 import threading
 from collections.abc import Iterator
@@ -60,6 +61,8 @@ async def test_prepared_equals_a_full_render(listener: int) -> None:
         assert 'le="0.05"' in body
         assert any(k[0] == "llm_path_jitter_seconds" for k in ours)
 
+        zipped = gzip.decompress(await app.metrics_body(False, gzipped=True)).decode()
+        assert parse(zipped).keys() == ours.keys()
         om = (await app.metrics_body(True)).decode()
         assert om.endswith("# EOF\n") and om.count("# EOF") == 1
         families = {f.name: f for f in om_parse(om)}  # the strict OpenMetrics parser

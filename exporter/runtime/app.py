@@ -140,13 +140,13 @@ class App:
     def diagnosis(self) -> Diagnosis | None:
         return self.evaluator.last
 
-    async def metrics_body(self, openmetrics: bool) -> bytes:
-        """The /metrics exposition, rendered on the render thread (exposition.py)."""
+    async def metrics_body(self, openmetrics: bool, gzipped: bool = False) -> bytes:
+        """The /metrics exposition, rendered (and gzipped) on the render thread."""
         gen = self.gen
         live = [c for c in self._root.collectors if c is not self._delegate] + gen.live()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._render_pool, render, live, gen.scheduler.prepared, openmetrics
+            self._render_pool, render, live, gen.scheduler.prepared, openmetrics, gzipped
         )
 
     @property

@@ -15,6 +15,7 @@ family headers and the ``# EOF`` trailer differ, and those are written per scrap
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable, Iterable, Iterator
 from typing import cast
 
@@ -31,7 +32,13 @@ from exporter.metrics import Family
 
 _EOF = "# EOF\n"
 # prometheus_client's own value format (Go's, as Prometheus prints it); untyped upstream.
-_value = cast(Callable[[float], str], floatToGoString)
+_go_float = cast(Callable[[float], str], floatToGoString)
+
+
+def _value(v: float) -> str:
+    # Below 1e6 Go prints what repr does (above, it switches to exponents sooner); the
+    # counts and seconds here nearly always are, and repr is 5x cheaper.
+    return repr(v) if -1e300 < v < 1e6 else _go_float(v)
 _openmetrics = cast(Callable[[object], bytes], generate_openmetrics)
 
 
@@ -63,6 +70,7 @@ class _Family:
             True: self._header(schema.base, schema),  # OpenMetrics: a counter's name w/o _total
         }
         self.lines: dict[str, str] = {}  # owner -> its sample lines
+        self._labels: dict[tuple[str, ...], str] = {}  # label values -> their text
 
     @staticmethod
     def _header(name: str, schema: Family) -> str:
@@ -70,9 +78,11 @@ class _Family:
         return f"# HELP {name} {doc}\n# TYPE {name} {schema.kind}\n"
 
     def render(self, parent: MetricWrapperBase, values: tuple[str, ...]) -> str:
-        labels = ",".join(
-            f'{k}="{_escape(v)}"' for k, v in zip(self.labelnames, values, strict=True)
-        )
+        labels = self._labels.get(values)
+        if labels is None:
+            labels = self._labels[values] = ",".join(
+                f'{k}="{_escape(v)}"' for k, v in zip(self.labelnames, values, strict=True)
+            )
         out = []
         for metric in parent.labels(*values).collect():
             for s in metric.samples:
@@ -129,10 +139,16 @@ class _Collectors:
             yield from collector.collect()
 
 
-def render(live: list[Collector], prepared: Prepared, openmetrics: bool) -> bytes:
-    """The whole exposition: the ``live`` collectors rendered now, then the prepared text."""
+def render(
+    live: list[Collector], prepared: Prepared, openmetrics: bool, gzipped: bool = False
+) -> bytes:
+    """The whole exposition: the ``live`` collectors rendered now, then the prepared text;
+    gzipped at level 1 (3x faster than the default, for 20 % more bytes: 7 MB at 1000
+    path targets is 20 ms instead of 60)."""
     if not openmetrics:
-        return generate_latest(_Collectors(live)) + prepared.text(False).encode()
-    head = _openmetrics(_Collectors(live))
-    assert head.endswith(_EOF.encode())
-    return head[: -len(_EOF)] + (prepared.text(True) + _EOF).encode()
+        body = generate_latest(_Collectors(live)) + prepared.text(False).encode()
+    else:
+        head = _openmetrics(_Collectors(live))
+        assert head.endswith(_EOF.encode())
+        body = head[: -len(_EOF)] + (prepared.text(True) + _EOF).encode()
+    return gzip.compress(body, compresslevel=1) if gzipped else body

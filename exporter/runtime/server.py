@@ -25,7 +25,7 @@ class Served(Protocol):
     registry: CollectorRegistry
     config_path: str
 
-    async def metrics_body(self, openmetrics: bool) -> bytes: ...
+    async def metrics_body(self, openmetrics: bool, gzipped: bool) -> bytes: ...
 
     @property
     def checks(self) -> Sequence[Check]: ...
@@ -45,11 +45,13 @@ APP_KEY: web.AppKey[Served] = web.AppKey("exporter")
 async def handle_metrics(request: web.Request) -> web.Response:
     app = request.app[APP_KEY]
     _, content_type = choose_encoder(request.headers.get("Accept", ""))
-    body = await app.metrics_body(content_type.startswith("application/openmetrics-text"))
-    resp = web.Response(body=body, headers={"Content-Type": content_type})
-    if "gzip" in request.headers.get("Accept-Encoding", ""):
-        resp.enable_compression()
-    return resp
+    openmetrics = content_type.startswith("application/openmetrics-text")
+    gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
+    body = await app.metrics_body(openmetrics, gzipped)
+    headers = {"Content-Type": content_type}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body, headers=headers)
 
 
 async def handle_healthy(request: web.Request) -> web.Response:

@@ -1,0 +1,304 @@
+"""Path checks and /metrics at scale, on loopback inside network namespaces of their own.
+
+Every 127.0.0.0/8 address is local, so each is a distinct ICMP target the kernel answers:
+the truth is 0 loss. Three parts, each with a named reference run in the same script:
+
+* ``icmp``: ``llm-latency-exporter run`` with N ICMP targets (bursts of 20 echoes 200 ms
+  apart every 10 s, timeout 2 s: N x 2 echoes/s), through raw sockets, then through ping
+  (datagram) sockets. Measured over ``--duration`` s after a 10 s warm-up: loss from the
+  counters, (sent - received) / sent, and process CPU (utime + stime, every thread) per
+  1000 echoes. Reference: 1 target.
+* ``metrics``: the same exporter with N ICMP targets, their route checks, an engine check
+  and a streaming probe against the simulator, scraped every 0.5 s as Prometheus scrapes
+  (its Accept header, gzip): /metrics latency p50 / p99 / max and the loss meanwhile.
+  Reference: 1 target.
+* ``routes``: rounds of 300 traceroutes through the exporter's Tracer, time scaled by 1/20
+  (wave timeout 100 ms, gap 100 ms, route_interval 30 s stand for 2 s, 2 s and 10 m):
+  targets that answer (port unreachable at once), and silent ones (UDP dropped: every
+  wave waits its whole timeout, the worst case), at 1, 4 and 8 parallel traces. A late
+  round must be counted and logged with its reason. Reference: 1 parallel trace.
+
+Run from the repository root (root; apt-get install nftables iproute2):
+    .venv/bin/python -m benchmarks.path_scale                 # all parts, 1000 targets
+    .venv/bin/python -m benchmarks.path_scale --part icmp --targets 300 --duration 20
+Exit status 1 unless at N targets: loss < 0.1 % and CPU < 0.4 s per 1000 echoes on both
+socket kinds, /metrics p99 < 100 ms, and every traceroute round either finished within its
+route_interval or was counted late with a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import http.client
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer
+from exporter.checks.path.routes import load_table
+from exporter.config.load import parse_config
+from tests.support.netlab import Lab, in_netns, lab_unavailable
+from tests.support.samples import parse
+from tests.support.simulator import simulate_args
+
+ROOT = Path(__file__).resolve().parent.parent
+PORT, SIM_PORT = 9400, 8000
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+WARMUP = 10.0
+#: Prometheus 2.x/3.x's default scrape Accept header (OpenMetrics first).
+ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
+    "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+
+
+def address(i: int) -> str:
+    return f"127.{1 + i // 62500}.{i // 250 % 250}.{1 + i % 250}"
+
+
+def exporter_config(n: int, mode: str, extra: bool) -> str:
+    rows = "\n".join(
+        f"      - {{name: t{i}, host: {address(i)}, region: lo}}" for i in range(n)
+    )
+    engines = (
+        f"engines:\n  - {{name: sim, url: 'http://127.0.0.1:{SIM_PORT}/metrics', interval: 5s}}\n"
+        f"probes:\n  - {{name: chat, url: 'http://127.0.0.1:{SIM_PORT}/v1/chat/completions',"
+        " model: sim-model, interval: 5s, max_tokens: 16}\n"
+        if extra
+        else ""
+    )
+    return (
+        f"server: {{listen_address: '127.0.0.1:{PORT}', log_level: warning}}\n{engines}"
+        "paths:\n  interval: 10s\n  burst: 20\n  spacing: 200ms\n  timeout: 2s\n"
+        f"  route_interval: {'10m' if extra else '24h'}\n  icmp_socket: {mode}\n"
+        f"  carriers:\n    lo:\n{rows}\n"
+    )
+
+
+class Exporter:
+    def __init__(self, lab: Lab, workdir: Path, n: int, mode: str, extra: bool) -> None:
+        self.ns = lab.netns(f"{mode}{n}{'x' if extra else ''}")
+        # Ping sockets only where ping_group_range admits the group; root opens raw ones.
+        groups = "0 2147483647" if mode == "dgram" else "1 0"
+        lab.sysctl(self.ns, "net.ipv4.ping_group_range", groups)
+        if extra:
+            sim = [sys.executable, "-m", "exporter", *simulate_args(SIM_PORT, fast=True)]
+            sim += ["--model", "sim-model"]
+            lab.spawn(self.ns, sim, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        config = workdir / f"{self.ns}.yaml"
+        config.write_text(exporter_config(n, mode, extra))
+        self.log = workdir / f"{self.ns}.log"
+        with self.log.open("wb") as out:
+            self.proc = lab.spawn(
+                self.ns, [sys.executable, "-m", "exporter", "run", "--config", str(config)],
+                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                self.scrape()
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise SystemExit(f"the exporter in {self.ns} did not serve: {self.log.read_text()[-2000:]}")
+
+    def scrape(self, timeout: float = 10) -> tuple[float, int, str]:
+        """(seconds, body bytes, text) of one scrape as Prometheus makes it."""
+        def get() -> tuple[float, int, str]:
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{PORT}/metrics",
+                headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"},
+            )
+            start = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
+                took = time.perf_counter() - start
+                gz = r.headers.get("Content-Encoding") == "gzip"
+            return took, len(raw), (gzip.decompress(raw) if gz else raw).decode()
+
+        return in_netns(self.ns, get)
+
+    def scrape_for(self, duration: float, every: float) -> tuple[list[float], int, str]:
+        """Scrape every ``every`` s for ``duration`` s on one kept-alive connection, as
+        Prometheus does: (latencies, last gzipped size, last text)."""
+        def run() -> tuple[list[float], int, str]:
+            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
+            headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
+            took, raw = [], b""
+            end = time.monotonic() + duration
+            while time.monotonic() < end:
+                start = time.perf_counter()
+                conn.request("GET", "/metrics", headers=headers)
+                raw = conn.getresponse().read()
+                took.append(time.perf_counter() - start)
+                time.sleep(every)
+            conn.close()
+            return took, len(raw), gzip.decompress(raw).decode()
+
+        return in_netns(self.ns, run)
+
+    def cpu_seconds(self) -> float:
+        # `ip netns exec` execs the exporter, so the PID is the exporter's.
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def totals(text: str) -> tuple[float, float]:
+    sent = received = 0.0
+    for (name, _), value in parse(text).items():
+        if name == "llm_path_packets_sent_total":
+            sent += value
+        elif name == "llm_path_packets_received_total":
+            received += value
+    return sent, received
+
+
+def icmp_run(lab: Lab, workdir: Path, n: int, mode: str, duration: float) -> dict[str, float]:
+    ex = Exporter(lab, workdir, n, mode, extra=False)
+    time.sleep(WARMUP)
+    sent0, recv0 = totals(ex.scrape()[2])
+    cpu0 = ex.cpu_seconds()
+    time.sleep(duration)
+    cpu1 = ex.cpu_seconds()
+    sent1, recv1 = totals(ex.scrape()[2])
+    lab.stop(ex.proc)
+    echoes = sent1 - sent0
+    return {
+        "echoes": echoes,
+        "loss": (echoes - (recv1 - recv0)) / echoes if echoes else float("nan"),
+        "cpu_per_1000": (cpu1 - cpu0) / echoes * 1000 if echoes else float("nan"),
+    }
+
+
+def metrics_run(lab: Lab, workdir: Path, n: int, duration: float) -> dict[str, float]:
+    ex = Exporter(lab, workdir, n, "raw", extra=True)
+    time.sleep(WARMUP)
+    sent0, recv0 = totals(ex.scrape()[2])
+    latencies, size, text = ex.scrape_for(duration, 0.5)
+    sent1, recv1 = totals(text)
+    lines = text.count("\n")
+    lab.stop(ex.proc)
+    latencies.sort()
+    return {
+        "scrapes": len(latencies),
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        "max_ms": 1000 * latencies[-1],
+        "lines": lines,
+        "gzip_bytes": size,
+        "loss": 1 - (recv1 - recv0) / (sent1 - sent0),
+    }
+
+
+def routes_run(lab: Lab, silent: bool, parallelism: int, n: int = 300) -> dict[str, float]:
+    ns = lab.netns(f"tr{'s' if silent else 'a'}{parallelism}")
+    if silent:
+        lab.nft(ns, "table inet quiet {\n chain input {\n type filter hook input priority 0;\n"
+                    " udp dport 33434-33600 drop\n }\n}\n")
+    rows = "\n".join(f"      - {{name: t{i}, host: {address(i)}, region: lo}}" for i in range(n))
+    cfg = parse_config(f"paths:\n  timeout: 100ms\n  carriers:\n    lo:\n{rows}\n")
+    assert cfg.paths is not None
+    targets, interval = cfg.paths.carriers["lo"], 30.0
+    warnings: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                warnings.append(f"{record.getMessage()}: {getattr(record, 'hint', '')}")
+
+    handler = Catch()
+    logging.getLogger("exporter.route").addHandler(handler)
+    from prometheus_client import CollectorRegistry
+
+    reg = CollectorRegistry()
+    fams = RouteMetrics.create(reg)
+
+    async def one_round() -> float:
+        tracer = Tracer(parallelism, interval, fams, gap=0.1)
+        checks = [RouteCheck("lo", t, interval, 0.1, load_table(), tracer, fams) for t in targets]
+        start = time.monotonic()
+        # As the scheduler does: every check asks at once; each waits its turn.
+        await asyncio.gather(*(c.run() for c in checks), return_exceptions=True)
+        took = time.monotonic() - start
+        await asyncio.sleep(0.05)
+        tracer.close()
+        return took
+
+    try:
+        took = in_netns(ns, lambda: asyncio.run(one_round()))
+    finally:
+        logging.getLogger("exporter.route").removeHandler(handler)
+    late = reg.get_sample_value("llm_path_route_rounds_late_total") or 0.0
+    return {"round_s": took, "interval_s": interval, "late": late, "warned": len(warnings),
+            "hint": warnings[0] if warnings else ""}  # type: ignore[dict-item]
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=("icmp", "metrics", "routes", "all"), default="all")
+    ap.add_argument("--targets", type=int, default=1000)
+    ap.add_argument("--duration", type=float, default=40.0)
+    args = ap.parse_args()
+    if (why := lab_unavailable()) is not None:
+        print(f"cannot run: {why}", file=sys.stderr)
+        return 2
+    ok = True
+    print(f"load average at start: {load()} ({os.cpu_count()} CPUs)")
+    with tempfile.TemporaryDirectory() as tmp:
+        lab = Lab(Path(tmp))
+        try:
+            if args.part in ("icmp", "all"):
+                print("\nICMP: targets  socket  echoes  loss      CPU s / 1000 echoes")
+                for mode in ("raw", "dgram"):
+                    ref = icmp_run(lab, Path(tmp), 1, mode, args.duration)
+                    big = icmp_run(lab, Path(tmp), args.targets, mode, args.duration)
+                    for n, r in ((1, ref), (args.targets, big)):
+                        print(f"      {n:7d}  {mode:6s}  {r['echoes']:6.0f}  {r['loss']:.4%}"
+                              f"  {r['cpu_per_1000']:.3f}")
+                    print(f"      CPU per echo, {args.targets} targets / 1 target:"
+                          f" {big['cpu_per_1000'] / ref['cpu_per_1000']:.2f}")
+                    ok &= big["loss"] < 0.001 and big["cpu_per_1000"] < 0.4
+            if args.part in ("metrics", "all"):
+                print("\n/metrics while every check runs (Prometheus's Accept, gzip):")
+                ref = metrics_run(lab, Path(tmp), 1, args.duration)
+                big = metrics_run(lab, Path(tmp), args.targets, args.duration)
+                for n, r in ((1, ref), (args.targets, big)):
+                    print(f"      {n:5d} targets: {r['scrapes']:.0f} scrapes, p50"
+                          f" {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max"
+                          f" {r['max_ms']:.1f} ms; {r['lines']:.0f} lines,"
+                          f" {r['gzip_bytes'] / 1e6:.2f} MB gzipped; loss {r['loss']:.4%}")
+                print(f"      p99 ratio {args.targets} targets / 1 target:"
+                      f" {big['p99_ms'] / ref['p99_ms']:.1f}")
+                ok &= big["p99_ms"] < 100 and big["loss"] < 0.001
+            if args.part in ("routes", "all"):
+                print("\nTraceroute rounds, 300 targets, time x 1/20 (route_interval 30 s):")
+                for silent in (False, True):
+                    for p in (1, 4, 8):
+                        if silent and p == 1:
+                            continue  # 300 x 0.5 s: late by design, shown by p=4 already
+                        r = routes_run(lab, silent, p)
+                        kind = "silent " if silent else "answer "
+                        print(f"      {kind} parallel {p}: round {r['round_s']:.1f} s;"
+                              f" late {r['late']:.0f}, warned {r['warned']:.0f} {r['hint']}")
+                        said = r["late"] >= 1 and r["warned"] >= 1
+                        ok &= r["round_s"] <= r["interval_s"] or said
+        finally:
+            lab.close()
+    print(f"\nload average at end: {load()}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,6 +28,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 from prometheus_client.core import Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from exporter import __version__, metrics
@@ -36,6 +37,7 @@ from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError
 from exporter.diagnosis.result import Diagnosis
+from exporter.diagnosis.windows import COLLECTED
 from exporter.runtime.evaluator import Evaluate, Evaluator, chain_evaluator
 from exporter.runtime.exposition import TrackedRegistry, render
 from exporter.runtime.logs import setup_logging
@@ -60,6 +62,14 @@ class Generation:
     config: Config
     registry: TrackedRegistry
     scheduler: Scheduler
+
+    def windowed(self) -> Iterator[Metric]:
+        """What the diagnosis windows read: every collector but the prometheus_client
+        families it does not keep (at 1000 path targets, half the samples: the per-check
+        duration histograms, error counters, ...)."""
+        for c in self.registry.collectors:
+            if not isinstance(c, MetricWrapperBase) or next(iter(c.describe())).name in COLLECTED:
+                yield from c.collect()
 
     def live(self) -> list[Collector]:
         """The collectors a scrape renders now: those whose series no check owns."""
@@ -120,7 +130,7 @@ class App:
             self.registry,
             lambda: self.gen.config,
             # The current generation's checks and the peak gauge: what the chain reads.
-            lambda: itertools.chain(self.gen.registry.collect(), peak.collect()),
+            lambda: itertools.chain(self.gen.windowed(), peak.collect()),
             chain_evaluator if evaluate is None else (lambda _config: evaluate),
         )
         self._started = time.monotonic()

@@ -4,7 +4,7 @@ Every 127.0.0.0/8 address is local, so each is a distinct ICMP target the kernel
 the truth is 0 loss. Three parts, each with a named reference run in the same script:
 
 * ``icmp``: ``llm-latency-exporter run`` with N ICMP targets (bursts of 20 echoes 200 ms
-  apart every 10 s, timeout 2 s: N x 2 echoes/s), through raw sockets, then through ping
+  apart every 30 s, timeout 2 s, the defaults: N x 2/3 echoes/s), through raw sockets, then through ping
   (datagram) sockets. Measured over ``--duration`` s after a 10 s warm-up: loss from the
   counters, (sent - received) / sent, and process CPU (utime + stime, every thread) per
   1000 echoes. Reference: 1 target.
@@ -77,7 +77,7 @@ def exporter_config(n: int, mode: str, extra: bool) -> str:
     )
     return (
         f"server: {{listen_address: '127.0.0.1:{PORT}', log_level: warning}}\n{engines}"
-        "paths:\n  interval: 10s\n  burst: 20\n  spacing: 200ms\n  timeout: 2s\n"
+        "paths:\n  interval: 30s\n  burst: 20\n  spacing: 200ms\n  timeout: 2s\n"
         f"  route_interval: {'10m' if extra else '24h'}\n  icmp_socket: {mode}\n"
         f"  carriers:\n    lo:\n{rows}\n"
     )
@@ -249,7 +249,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=("icmp", "metrics", "routes", "all"), default="all")
     ap.add_argument("--targets", type=int, default=1000)
-    ap.add_argument("--duration", type=float, default=40.0)
+    ap.add_argument("--duration", type=float, default=60.0)
     args = ap.parse_args()
     if (why := lab_unavailable()) is not None:
         print(f"cannot run: {why}", file=sys.stderr)

@@ -448,3 +448,31 @@ def test_lab_skips_without_root_except_in_ci(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI=true and the network lab cannot run"):
         netlab.require_lab()
+
+
+def test_rtt_buckets_are_configurable_and_checked() -> None:
+    cfg = parse_config(
+        "paths:\n  rtt_buckets: [10ms, 100ms, 1s]\n"
+        "  carriers: {a: [{name: b, host: 127.0.0.1, region: r}]}\n"
+    )
+    assert cfg.paths is not None and cfg.paths.rtt_buckets == [0.01, 0.1, 1.0]
+    reg = CollectorRegistry()
+    path.build(cfg, reg)
+    bounds = {s.labels["le"] for m in reg.collect() if m.name == "llm_path_rtt_seconds"
+              for s in m.samples if "le" in s.labels}
+    assert bounds == {"0.01", "0.1", "1.0", "+Inf"}
+    with pytest.raises(ConfigError, match="bucket bounds must be positive and increasing"):
+        parse_config(
+            "paths:\n  rtt_buckets: [100ms, 10ms]\n"
+            "  carriers: {a: [{name: b, host: h, region: r}]}\n"
+        )
+
+
+async def test_tcp_slots_skip_beyond_the_cap(listeners: Callable[[str], int]) -> None:
+    port = listeners("127.0.0.1")
+    slots = path.TcpSlots(1)
+    first, second = slots.send("127.0.0.1", port), slots.send("127.0.0.1", port)
+    with pytest.raises(path.Busy):
+        await second
+    assert await first > 0 and slots.in_flight == 0
+    assert await slots.send("127.0.0.1", port) > 0  # the slot is free again

@@ -117,11 +117,15 @@ def _monotonic(family: metrics.Family) -> bool:
     return family.kind is not metrics.Kind.GAUGE
 
 
+#: Histograms whose buckets no window reads: the chain reads the path RTT's mean only, and
+#: at 1000 path targets its buckets would be 27k of every snapshot's values (over MAX_VALUES).
+_MEAN_ONLY = (metrics.PATH_RTT,)
 #: sample name -> (monotonic, counts from zero on first appearance)
 _KINDS: dict[str, tuple[bool, bool]] = {
     name: (_monotonic(f), f.section != "engine")
     for f in WINDOW_FAMILIES
     for name in sample_names(f)
+    if not (f in _MEAN_ONLY and name.endswith("_bucket"))
 }
 #: The family names a registry's collect() yields (counters without ``_total``).
 COLLECTED: frozenset[str] = frozenset(f.base for f in WINDOW_FAMILIES)

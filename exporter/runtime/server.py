@@ -1,9 +1,10 @@
 """HTTP endpoints on the exporter's event loop: /metrics, /-/healthy, /-/ready,
-/api/v1/diagnosis (the last embedded diagnosis as JSON), and / (verdict and checks)."""
+/api/v1/diagnosis (the last embedded diagnosis as JSON), / (the live page: verdict, tiles,
+checks) and /live (the part of it the page's script refreshes)."""
 
 from __future__ import annotations
 
-import html
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -13,7 +14,10 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
 from exporter.checks.base import Check
+from exporter.config.models import Config
+from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import SCHEMA_ID, Diagnosis
+from exporter.diagnosis.trends import Point
 from exporter.runtime import page
 from exporter.runtime.scheduler import CheckState
 
@@ -32,7 +36,16 @@ class Served(Protocol):
     def ready(self) -> bool: ...
 
     @property
+    def config(self) -> Config: ...
+
+    @property
     def diagnosis(self) -> Diagnosis | None: ...
+
+    @property
+    def observations(self) -> Observations | None: ...
+
+    @property
+    def trend(self) -> Sequence[Point]: ...
 
     def check_state(self, name: str) -> CheckState | None: ...
 
@@ -71,48 +84,27 @@ async def handle_diagnosis(request: web.Request) -> web.Response:
     return web.json_response(diagnosis.to_json())
 
 
-async def handle_index(request: web.Request) -> web.Response:
-    app = request.app[APP_KEY]
-    rows = []
-    for check in app.checks:
-        st = app.check_state(check.name)
-        outcome = st.last_outcome if st else ""
-        rows.append(
-            "<tr>"
-            + "".join(
-                f"<td>{html.escape(str(v))}</td>"
-                for v in (
-                    check.name,
-                    f"{check.interval:g}s",
-                    check.describe(),
-                    outcome or "pending",
-                    f"{st.last_duration * 1000:.1f} ms" if st and st.runs else "",
-                    st.last_error if st else "",
-                )
-            )
-            + "</tr>"
-        )
-    table = (
-        "<table><tr><th>check</th><th>interval</th><th>target</th><th>last outcome</th>"
-        "<th>duration</th><th>last error</th></tr>" + "".join(rows) + "</table>"
-        if rows
-        else "<p>No checks are configured.</p>"
-    )
+def _view(app: Served) -> page.View:
     diagnosis = app.diagnosis
-    text = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>llm-latency-exporter</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .8em;text-align:left}}
-tr:nth-child(even){{background:#f4f4f4}}{page.STYLE}</style></head>
-<body><h1>llm-latency-exporter {html.escape(__version__)}</h1>
-{page.section(diagnosis.to_json() if diagnosis is not None else None)}
-<ul><li><a href="metrics">/metrics</a> Prometheus metrics</li>
-<li><a href="-/healthy">/-/healthy</a> liveness</li>
-<li><a href="-/ready">/-/ready</a> readiness (after the first run of every check)</li>
-<li><a href="api/v1/diagnosis">/api/v1/diagnosis</a> the last diagnosis (JSON)</li></ul>
-<h2>Checks</h2>{table}
-<p>Config: {html.escape(app.config_path)} (reload with SIGHUP)</p>
-</body></html>"""
-    return web.Response(text=text, content_type="text/html")
+    return page.View(
+        version=__version__,
+        config_path=app.config_path,
+        config=app.config,
+        checks=[(c, app.check_state(c.name)) for c in app.checks],
+        diagnosis=diagnosis.to_json() if diagnosis is not None else None,
+        observations=app.observations,
+        trend=app.trend,
+        now=time.time(),
+    )
+
+
+async def handle_index(request: web.Request) -> web.Response:
+    return web.Response(text=page.document(_view(request.app[APP_KEY])), content_type="text/html")
+
+
+async def handle_live(request: web.Request) -> web.Response:
+    return web.Response(text=page.live(_view(request.app[APP_KEY])), content_type="text/html",
+                        headers={"Cache-Control": "no-store"})
 
 
 def make_web_app(app: Served) -> web.Application:
@@ -123,4 +115,5 @@ def make_web_app(app: Served) -> web.Application:
     web_app.router.add_get("/-/ready", handle_ready)
     web_app.router.add_get("/api/v1/diagnosis", handle_diagnosis)
     web_app.router.add_get("/", handle_index)
+    web_app.router.add_get("/" + page.LIVE_PATH, handle_live)
     return web_app

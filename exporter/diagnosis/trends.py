@@ -39,7 +39,7 @@ class Trends:
     def points(self, history: History, config: Config, now: float) -> tuple[Point, ...]:
         if config is not self._config:
             self._config, self._done = config, {}
-        coarse = [s for s in history.coarse if now - s.at <= SPAN + history.coarse_step]
+        coarse = [s for s in history.coarse if now - s.at <= SPAN]
         out = [self._step(a, b, config) for a, b in pairwise(coarse)]
         keep = {(p.start, p.end) for p in out}
         self._done = {k: p for k, p in self._done.items() if k in keep}
@@ -47,7 +47,7 @@ class Trends:
         if tail is not None:
             a, b = tail
             out.append(_point(a, b, config))
-        return tuple(p for p in out if now - p.end <= SPAN)
+        return tuple(out)
 
     def _step(self, a: Snapshot, b: Snapshot, config: Config) -> Point:
         key = (a.at, b.at)

@@ -26,7 +26,7 @@ def attr(value: float | None) -> str:
 
 
 def seconds(value: float | None) -> str:
-    if value is None:
+    if value is None or not math.isfinite(value):
         return NONE
     if value < 0.01:
         return f"{value * 1000:.1f} ms"
@@ -36,14 +36,14 @@ def seconds(value: float | None) -> str:
 
 
 def ratio(value: float | None) -> str:
-    if value is None:
+    if value is None or not math.isfinite(value):
         return NONE
     pct = value * 100
     return f"{pct:.2f} %" if 0 < pct < 1 else f"{pct:.1f} %"
 
 
 def amount(value: float | None) -> str:
-    if value is None:
+    if value is None or not math.isfinite(value):
         return NONE
     return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
 

@@ -8,6 +8,7 @@ stroke with round caps); an SLO or threshold is a dashed line.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from exporter.runtime.page.fmt import esc
@@ -36,6 +37,8 @@ def sparkline(
 ) -> str:
     """``series`` between ``start`` and ``end`` (unix times), scaled from 0 to the largest of
     the values, ``limit`` and ``top``; ``show`` formats the range in the tooltip."""
+    # NaN or infinity (a gauge an engine filled so) is a gap, like a step without data.
+    series = [(t, v if v is not None and math.isfinite(v) else None) for t, v in series]
     values = [v for _, v in series if v is not None]
     hi = max([*values, *(x for x in (limit, top) if x is not None)], default=0.0)
     hi = hi if hi > 0 else 1.0

@@ -98,13 +98,20 @@ def _view(app: Served) -> page.View:
     )
 
 
+def _html(request: web.Request, text: str) -> web.Response:
+    # A fleet's page is a few hundred KiB of text, refreshed every few seconds: compress it.
+    resp = web.Response(text=text, content_type="text/html", headers={"Cache-Control": "no-store"})
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        resp.enable_compression()
+    return resp
+
+
 async def handle_index(request: web.Request) -> web.Response:
-    return web.Response(text=page.document(_view(request.app[APP_KEY])), content_type="text/html")
+    return _html(request, page.document(_view(request.app[APP_KEY])))
 
 
 async def handle_live(request: web.Request) -> web.Response:
-    return web.Response(text=page.live(_view(request.app[APP_KEY])), content_type="text/html",
-                        headers={"Cache-Control": "no-store"})
+    return _html(request, page.live(_view(request.app[APP_KEY])))
 
 
 def make_web_app(app: Served) -> web.Application:

@@ -8,9 +8,9 @@ a test or a script reads what the page shows without parsing the formatted text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any
 
 from exporter import metrics
 from exporter.diagnosis.observations import (
@@ -29,15 +29,17 @@ from exporter.runtime.page.spark import Series, sparkline
 #: The shortest time axis: a young exporter's few minutes are not squeezed into an hour.
 MIN_AXIS = 300.0
 
-T = TypeVar("T")
 Show = Callable[[float | None], str]
+Item = ProbeWindow | PathWindow | EngineWindow | GpuWindow
+#: What identifies one tile's item in every point's Observations.
+Key = tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Row:
     key: str  # data-metric
     label: str
-    pick: Callable[[Observations], float | None]  # the number, from any window
+    pick: Callable[[Any], float | None]  # the number, from this tile's item in any window
     show: Show
     limit: float | None = None  # past it the value is red, and a dashed line
     top: float | None = None  # the scale's least top (1 for a ratio)
@@ -46,64 +48,51 @@ class Row:
     line: bool = True  # draw the limit on the sparkline
 
 
-def _find(items: Iterable[T], match: Callable[[T], bool]) -> T | None:
-    return next((i for i in items if match(i)), None)
+def key_of(item: Item) -> Key:
+    if isinstance(item, ProbeWindow):
+        return ("probe", item.probe)
+    if isinstance(item, PathWindow):
+        return ("path", item.carrier, item.target)
+    if isinstance(item, EngineWindow):
+        return ("engine", item.engine)
+    return ("gpu", item.gpu)
 
 
-def _success(p: ProbeWindow | None) -> float | None:
-    if p is None or not p.requests:
-        return None
-    return p.outcomes.get(metrics.ProbeOutcome.OK.value, 0) / p.requests
+def _items(o: Observations) -> Iterator[Item]:
+    yield from o.probes
+    yield from o.paths
+    yield from o.engines
+    yield from o.gpus
 
 
-def _queue_share(e: EngineWindow | None) -> float | None:
-    total = e.engine_seconds if e is not None else None
-    return (e.queue_seconds or 0.0) / total if e is not None and total else None
+def _success(p: ProbeWindow) -> float | None:
+    return p.outcomes.get(metrics.ProbeOutcome.OK.value, 0) / p.requests if p.requests else None
 
 
-def _throttled(g: GpuWindow | None, th: Thresholds) -> list[str]:
-    return [r for r in (g.clock_events if g else ()) if r in th.throttle_reasons]
+def _queue_share(e: EngineWindow) -> float | None:
+    total = e.engine_seconds
+    return (e.queue_seconds or 0.0) / total if total else None
+
+
+def _throttled(g: GpuWindow, th: Thresholds) -> list[str]:
+    return [r for r in g.clock_events if r in th.throttle_reasons]
 
 
 def probe_rows(p: ProbeWindow, th: Thresholds) -> list[Row]:
-    def get(o: Observations) -> ProbeWindow | None:
-        return _find(o.probes, lambda x: x.probe == p.probe)
-
-    def ttft(o: Observations) -> float | None:
-        return x.ttft_p95 if (x := get(o)) else None
-
-    def tpot(o: Observations) -> float | None:
-        return x.tpot_p95 if (x := get(o)) else None
-
-    ok = _success(p)
     return [
-        Row("ttft_p95", "TTFT P95", ttft, fmt.seconds, limit=p.slo_ttft),
-        Row("tpot_p95", "TPOT P95", tpot, fmt.seconds, limit=p.slo_tpot),
-        Row("success", "success", lambda o: _success(get(o)), fmt.ratio,
-            limit=1 - th.failure_ratio, top=1.0, low_is_bad=True,
-            text=f"{fmt.ratio(ok)} of {p.requests}"),
+        Row("ttft_p95", "TTFT P95", lambda x: x.ttft_p95, fmt.seconds, limit=p.slo_ttft),
+        Row("tpot_p95", "TPOT P95", lambda x: x.tpot_p95, fmt.seconds, limit=p.slo_tpot),
+        Row("success", "success", _success, fmt.ratio, limit=1 - th.failure_ratio, top=1.0,
+            low_is_bad=True, text=f"{fmt.ratio(_success(p))} of {p.requests}"),
     ]
 
 
 def path_rows(w: PathWindow, th: Thresholds) -> list[Row]:
-    def get(o: Observations) -> PathWindow | None:
-        return _find(o.paths, lambda x: (x.carrier, x.target) == (w.carrier, w.target))
-
-    def rtt(o: Observations) -> float | None:
-        return x.rtt_mean if (x := get(o)) else None
-
-    def loss(o: Observations) -> float | None:
-        return x.loss if (x := get(o)) else None
-
-    def jitter(o: Observations) -> float | None:
-        return x.jitter if (x := get(o)) else None
-
     n = len(th.route_class_order)
 
-    def score(o: Observations) -> float | None:
+    def score(x: PathWindow) -> float | None:
         # Best class on top: n for the first of route_class_order, 0 for one outside it.
-        x = get(o)
-        return float(n - th.route_rank(x.route_class)) if x and x.route_class else None
+        return float(n - th.route_rank(x.route_class)) if x.route_class else None
 
     def named(v: float | None) -> str:
         i = n - round(v) if v is not None else -1
@@ -113,66 +102,42 @@ def path_rows(w: PathWindow, th: Thresholds) -> list[Row]:
     if w.best_route_class and w.route_class and w.best_route_class != w.route_class:
         route += f" (best {w.best_route_class})"
     return [
-        Row("rtt", "RTT", rtt, fmt.seconds),
-        Row("loss", "loss", loss, fmt.ratio, limit=th.loss_ratio,
+        Row("rtt", "RTT", lambda x: x.rtt_mean, fmt.seconds),
+        Row("loss", "loss", lambda x: x.loss, fmt.ratio, limit=th.loss_ratio,
             text=f"{fmt.ratio(w.loss)} of {w.sent}"),
-        Row("jitter", "jitter", jitter, fmt.seconds, limit=th.jitter_seconds),
+        Row("jitter", "jitter", lambda x: x.jitter, fmt.seconds, limit=th.jitter_seconds),
         Row("route_class", "route class", score, named, top=float(n), text=route),
     ]
 
 
 def engine_rows(e: EngineWindow, th: Thresholds) -> list[Row]:
-    def get(o: Observations) -> EngineWindow | None:
-        return _find(o.engines, lambda x: x.engine == e.engine)
-
-    def running(o: Observations) -> float | None:
-        return x.running if (x := get(o)) else None
-
-    def waiting(o: Observations) -> float | None:
-        return x.waiting if (x := get(o)) else None
-
-    def kv(o: Observations) -> float | None:
-        return x.kv_cache_usage if (x := get(o)) else None
-
     return [
-        Row("queue_share", "queue share", lambda o: _queue_share(get(o)), fmt.ratio,
-            limit=th.queue_share, top=1.0),
-        Row("running", "running", running, fmt.amount),
-        Row("waiting", "waiting", waiting, fmt.amount),
-        Row("kv_cache_usage", "KV cache", kv, fmt.ratio, limit=th.kv_cache_usage, top=1.0),
+        Row("queue_share", "queue share", _queue_share, fmt.ratio, limit=th.queue_share,
+            top=1.0),
+        Row("running", "running", lambda x: x.running, fmt.amount),
+        Row("waiting", "waiting", lambda x: x.waiting, fmt.amount),
+        Row("kv_cache_usage", "KV cache", lambda x: x.kv_cache_usage, fmt.ratio,
+            limit=th.kv_cache_usage, top=1.0),
     ]
 
 
 def gpu_rows(g: GpuWindow, th: Thresholds) -> list[Row]:
-    def get(o: Observations) -> GpuWindow | None:
-        return _find(o.gpus, lambda x: x.gpu == g.gpu)
-
-    def util(o: Observations) -> float | None:
-        return x.utilization if (x := get(o)) else None
-
-    def dram(o: Observations) -> float | None:
-        return x.dram_bandwidth_utilization if (x := get(o)) else None
-
-    def throttle(o: Observations) -> float | None:
-        x = get(o)
-        return float(len(_throttled(x, th))) if x else None
-
-    reasons = _throttled(g, th)
     return [
-        Row("utilization", "utilization", util, fmt.ratio, top=1.0),
-        Row("dram_bandwidth", "DRAM bandwidth", dram, fmt.ratio, limit=th.dram_bandwidth,
-            top=1.0),
+        Row("utilization", "utilization", lambda x: x.utilization, fmt.ratio, top=1.0),
+        Row("dram_bandwidth", "DRAM bandwidth", lambda x: x.dram_bandwidth_utilization,
+            fmt.ratio, limit=th.dram_bandwidth, top=1.0),
         # Any configured throttle reason held for alerting.throttle_share is red.
-        Row("throttle", "throttle", throttle, fmt.amount, limit=0.5, top=1.0, line=False,
-            text=", ".join(reasons) or "none"),
+        Row("throttle", "throttle", lambda x: float(len(_throttled(x, th))), fmt.amount,
+            limit=0.5, top=1.0, line=False, text=", ".join(_throttled(g, th)) or "none"),
     ]
 
 
-def _row(row: Row, now: Observations, trend: Sequence[Point], axis: tuple[float, float]) -> str:
-    value = row.pick(now)
+def _row(row: Row, item: Item, history: list[tuple[float, Item | None]],
+         axis: tuple[float, float]) -> str:
+    value = row.pick(item)
     bad = (value is not None and row.limit is not None
            and (value < row.limit if row.low_is_bad else value > row.limit))
-    series: Series = [(p.end, row.pick(p.obs)) for p in trend]
+    series: Series = [(t, row.pick(x) if x is not None else None) for t, x in history]
     svg = sparkline(series, *axis, row.label, row.show, limit=row.limit if row.line else None,
                     top=row.top)
     text = row.text if row.text is not None else row.show(value)
@@ -200,21 +165,25 @@ def _joined(*parts: str) -> str:
 def tiles(now: Observations, trend: Sequence[Point], th: Thresholds) -> str:
     """The tiles of every layer, in the chain's order (probes, paths, engines, GPUs)."""
     axis = axis_of(now, trend)
+    # Each point's items by key, once per render: a row's series is then one lookup a point.
+    index = [(p.end, {key_of(x): x for x in _items(p.obs)}) for p in trend]
 
-    def rows(items: list[Row]) -> str:
-        return "".join(_row(r, now, trend, axis) for r in items)
+    def rows(item: Item, made: list[Row]) -> str:
+        key = key_of(item)
+        history = [(t, items.get(key)) for t, items in index]
+        return "".join(_row(r, item, history, axis) for r in made)
 
     up = {True: "up", False: "down", None: "no data"}
     out = [
         *(_tile("probe", p.probe, _joined(p.target, p.profile, p.carrier and
-                                          f"carrier {p.carrier}"), rows(probe_rows(p, th)))
+                                          f"carrier {p.carrier}"), rows(p, probe_rows(p, th)))
           for p in now.probes),
         *(_tile("path", f"{w.carrier} → {w.target}", _joined(
-            w.region, w.protocol, "peak" if w.in_peak else ""), rows(path_rows(w, th)))
+            w.region, w.protocol, "peak" if w.in_peak else ""), rows(w, path_rows(w, th)))
           for w in now.paths),
-        *(_tile("engine", e.engine, up[e.up], rows(engine_rows(e, th)),
+        *(_tile("engine", e.engine, up[e.up], rows(e, engine_rows(e, th)),
                 "down" if e.up is False else "") for e in now.engines),
-        *(_tile("gpu", f"GPU {g.gpu}", g.name, rows(gpu_rows(g, th))) for g in now.gpus),
+        *(_tile("gpu", f"GPU {g.gpu}", g.name, rows(g, gpu_rows(g, th))) for g in now.gpus),
     ]
     if not out:
         return ""

@@ -1,5 +1,7 @@
 """The embedded diagnosis: every ``diagnosis.interval``, snapshot the registry, evaluate the
-decision chain over the windows, keep the last ``Diagnosis`` and export it.
+decision chain over the windows, keep the last ``Diagnosis`` and export it. What the chain
+read (the ``Observations``) and the last hour of points (``trends.py``) are kept beside it
+for the ``/`` page.
 
 The whole evaluation (collecting the samples, the window math, the chain) runs on a worker
 thread, so neither /metrics nor a check waits on it: collecting is safe there because

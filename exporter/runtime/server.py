@@ -4,6 +4,8 @@ checks) and /live (the part of it the page's script refreshes)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -85,12 +87,15 @@ async def handle_diagnosis(request: web.Request) -> web.Response:
 
 
 def _view(app: Served) -> page.View:
+    """What a render reads, taken on the loop; the states are copies, because the render runs
+    on a worker thread while the scheduler updates them."""
     diagnosis = app.diagnosis
+    states = [(c, app.check_state(c.name)) for c in app.checks]
     return page.View(
         version=__version__,
         config_path=app.config_path,
         config=app.config,
-        checks=[(c, app.check_state(c.name)) for c in app.checks],
+        checks=[(c, dataclasses.replace(st) if st is not None else None) for c, st in states],
         diagnosis=diagnosis.to_json() if diagnosis is not None else None,
         observations=app.observations,
         trend=app.trend,
@@ -106,12 +111,14 @@ def _html(request: web.Request, text: str) -> web.Response:
     return resp
 
 
+# A fleet's page takes ~16 ms of pure Python (docs/benchmarks.md): on a worker thread, so the
+# loop (and a probe's timing on it) waits at most one GIL switch interval at a time.
 async def handle_index(request: web.Request) -> web.Response:
-    return _html(request, page.document(_view(request.app[APP_KEY])))
+    return _html(request, await asyncio.to_thread(page.document, _view(request.app[APP_KEY])))
 
 
 async def handle_live(request: web.Request) -> web.Response:
-    return _html(request, page.live(_view(request.app[APP_KEY])))
+    return _html(request, await asyncio.to_thread(page.live, _view(request.app[APP_KEY])))
 
 
 def make_web_app(app: Served) -> web.Application:

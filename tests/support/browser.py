@@ -10,6 +10,9 @@ Playwright comes from PyPI (the ``test`` extra); its own browser download is nev
 ``executable_path`` points at the system Chromium (``LLM_EXPORTER_CHROMIUM`` overrides it).
 Missing either, :func:`require_browser` skips the test, or fails it under ``CI=true``.
 
+Keyword options of :meth:`BrowserSession.open` go to Playwright's ``new_context`` (e.g.
+``offline=True`` to prove a page or a saved report needs no network; ``file://`` URLs work).
+
 A tab collects every console error, uncaught page error and failed request (``problems``),
 so a test asserts the page loaded cleanly in one line. Screenshots are PNG files under
 ``artifacts/screenshots/`` at the repository root (gitignored; CI keeps the folder as an

@@ -34,7 +34,9 @@ from exporter.checks import Check, build_checks
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError
+from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
+from exporter.diagnosis.trends import Point
 from exporter.runtime.evaluator import Evaluate, Evaluator, chain_evaluator
 from exporter.runtime.logs import setup_logging
 from exporter.runtime.peak import PeakWindowCollector
@@ -126,8 +128,20 @@ class App:
         return self.gen.scheduler.state.get(name)
 
     @property
+    def config(self) -> Config:
+        return self.gen.config
+
+    @property
     def diagnosis(self) -> Diagnosis | None:
         return self.evaluator.last
+
+    @property
+    def observations(self) -> Observations | None:
+        return self.evaluator.observations
+
+    @property
+    def trend(self) -> tuple[Point, ...]:
+        return self.evaluator.trend
 
     @property
     def ready(self) -> bool:

@@ -29,6 +29,7 @@ from exporter.config.yamlfile import ConfigError
 from exporter.runtime import auth
 from exporter.runtime.app import App
 from exporter.runtime.listener import Gate, GatedSite, Limits, make_runner
+from tests.support import ROOT
 from tests.support.pki import Pki, bcrypt_hash, make_pki
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.support.samples import series, value
@@ -98,6 +99,16 @@ def test_a_bad_web_config_is_one_line_naming_where(
     assert err.value.messages[0].startswith(str(path)), err.value.messages
     assert re.search(message, err.value.messages[0]), err.value.messages
     assert "hunter2" not in err.value.messages[0]
+
+
+def test_the_documented_web_config_loads(pki: Pki, tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "security.md").read_text()
+    example = re.search(r"```yaml\n(tls_server_config:.*?)```", doc, re.S)
+    assert example, "docs/security.md has the web.yml example"
+    web = load_web_config(write_web(tmp_path, pki, example.group(1)))
+    assert web.tls is not None and web.tls.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert auth._checkpw("replace-me", web.config.basic_auth_users["prometheus"])
+    assert web.config.auth_excluded_paths == ["/-/healthy", "/-/ready"]
 
 
 def test_a_fifo_web_config_is_refused_without_waiting(tmp_path: Path) -> None:
@@ -267,12 +278,17 @@ async def test_web_config_is_reread_on_reload(pki: Pki, tmp_path: Path) -> None:
 
 # --- the connection gate, in process --------------------------------------------------------
 
+#: (port, the gate's registry, the event that lets /slow answer)
+Gated = tuple[int, CollectorRegistry, asyncio.Event]
+StartGated = Callable[..., asyncio.Future[Gated]]
+
+
 @pytest.fixture
-async def gated() -> AsyncIterator[Callable[..., asyncio.Future[tuple[int, Gate, CollectorRegistry, asyncio.Event]]]]:
+async def gated() -> AsyncIterator[StartGated]:
     """A Gate in front of a tiny app whose /slow answers when the test says so."""
     runners: list[web.AppRunner] = []
 
-    async def start(**limits: float) -> tuple[int, Gate, CollectorRegistry, asyncio.Event]:
+    async def start(**limits: float) -> Gated:
         release = asyncio.Event()
 
         async def slow(request: web.Request) -> web.Response:
@@ -299,7 +315,7 @@ async def gated() -> AsyncIterator[Callable[..., asyncio.Future[tuple[int, Gate,
         port = free_port()
         await GatedSite(runner, "127.0.0.1", port, gate).start()
         runners.append(runner)
-        return port, gate, registry, release
+        return port, registry, release
 
     yield start  # type: ignore[misc]
     for runner in runners:
@@ -322,8 +338,8 @@ async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bool:
         return False
 
 
-async def test_at_the_cap_idle_is_evicted_and_busy_is_kept(gated: Callable[..., asyncio.Future[tuple[int, Gate, CollectorRegistry, asyncio.Event]]]) -> None:
-    port, gate, registry, release = await gated(max_connections=2)
+async def test_at_the_cap_idle_is_evicted_and_busy_is_kept(gated: StartGated) -> None:
+    port, registry, release = await gated(max_connections=2)
     idle_r, _ = await asyncio.open_connection("127.0.0.1", port)
     busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
     assert await closed_by_server(idle_r, 2), "the idle connection made room"
@@ -341,8 +357,8 @@ async def test_at_the_cap_idle_is_evicted_and_busy_is_kept(gated: Callable[..., 
         assert b"200 OK" in await asyncio.wait_for(reader.readuntil(b"done\n"), 5)
 
 
-async def test_slowloris_is_cut_at_the_header_timeout(gated: Callable[..., asyncio.Future[tuple[int, Gate, CollectorRegistry, asyncio.Event]]]) -> None:
-    port, _, registry, _ = await gated(max_connections=10, header_timeout=1.0)
+async def test_slowloris_is_cut_at_the_header_timeout(gated: StartGated) -> None:
+    port, registry, _ = await gated(max_connections=10, header_timeout=1.0)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     start = time.monotonic()
     writer.write(b"GET /fast HTTP/1.1\r\n")
@@ -363,8 +379,8 @@ async def test_slowloris_is_cut_at_the_header_timeout(gated: Callable[..., async
     assert refused(registry, "header_timeout") == 1
 
 
-async def test_a_client_that_never_reads_is_cut(gated: Callable[..., asyncio.Future[tuple[int, Gate, CollectorRegistry, asyncio.Event]]]) -> None:
-    port, gate, registry, release = await gated(max_connections=10, request_timeout=0.5)
+async def test_a_request_busy_past_the_request_timeout_is_cut(gated: StartGated) -> None:
+    port, registry, release = await gated(max_connections=10, request_timeout=0.5)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
     await writer.drain()

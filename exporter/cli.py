@@ -84,13 +84,15 @@ def _flag_overrides(args: argparse.Namespace) -> Callable[[Config], Config]:
         if not server:
             return config
         try:
-            merged = ServerConfig.model_validate({**config.server.model_dump(), **server})
+            # Only the flags are validated: durations in the dump are seconds already.
+            checked = ServerConfig.model_validate(server)
         except ValidationError as exc:
             err = exc.errors()[0]
             flag = "--" + {"listen_address": "web.listen-address"}.get(
                 str(err["loc"][0]), str(err["loc"][0]).replace("_", ".")
             )
             raise ConfigError([f"{flag}: {err['msg'].removeprefix('Value error, ')}"]) from None
+        merged = config.server.model_copy(update={k: getattr(checked, k) for k in server})
         return config.model_copy(update={"server": merged})
 
     return apply

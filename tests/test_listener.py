@@ -23,6 +23,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.cli import _flag_overrides, build_parser
 from exporter.config.load import parse_config
 from exporter.config.web import load_web_config
 from exporter.config.yamlfile import ConfigError
@@ -138,6 +139,16 @@ def test_max_connections_above_the_open_file_limit_is_refused(tmp_path: Path) ->
                           f" max_connections: {soft}}}\n")
     with pytest.raises(ConfigError, match=rf"max_connections {soft}: above what the open-file"):
         App(config, "test.yaml")
+
+
+def test_flags_override_the_server_section_and_keep_its_durations() -> None:
+    args = build_parser().parse_args(["run", "--log.level", "debug", "--allow-empty"])
+    config = _flag_overrides(args)(parse_config("server: {header_timeout: 3s, idle_timeout: 1m}"))
+    assert config.server.log_level == "debug"
+    assert (config.server.header_timeout, config.server.idle_timeout) == (3.0, 60.0)
+    args = build_parser().parse_args(["run", "--web.listen-address", "nowhere", "--allow-empty"])
+    with pytest.raises(ConfigError, match=r"--web.listen-address: expected host:port"):
+        _flag_overrides(args)(parse_config(""))
 
 
 # --- TLS, certificates and basic auth, in process ------------------------------------------

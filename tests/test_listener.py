@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import re
 import resource
@@ -388,6 +389,35 @@ async def test_slowloris_is_cut_at_the_header_timeout(gated: StartGated) -> None
     assert closed, "a connection that never completes its headers is cut"
     assert 0.9 <= elapsed < 3.5, elapsed
     assert refused(registry, "header_timeout") == 1
+
+
+async def test_a_kept_alive_connection_is_closed_after_the_idle_timeout(gated: StartGated) -> None:
+    port, registry, _ = await gated(max_connections=10, idle_timeout=1.0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /fast HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    assert b"200 OK" in await asyncio.wait_for(reader.readuntil(b"ok\n"), 5)
+    start = time.monotonic()
+    assert await closed_by_server(reader, 5)
+    assert 0.9 <= time.monotonic() - start < 4
+    assert refused(registry, "header_timeout") == 0, "an ordinary end of keep-alive, not a cut"
+
+
+async def test_malformed_requests_log_at_debug_and_throttled(
+    gated: StartGated, caplog: pytest.LogCaptureFixture
+) -> None:
+    port, _, _ = await gated(max_connections=50)
+    caplog.set_level(logging.DEBUG)
+    for i in range(20):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        bad = b"GET /fast HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n" if i % 2 else b"\x16\x03\x01junk\r\n\r\n"
+        writer.write(bad)
+        await writer.drain()
+        assert b"400" in await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+    served = [r for r in caplog.records if r.name.startswith(("aiohttp", "exporter.http"))]
+    assert [r for r in served if r.levelno >= logging.WARNING] == [], "anyone can send these"
+    assert 1 <= len([r for r in served if r.name == "exporter.http"]) <= 10, "throttled"
 
 
 async def test_a_request_busy_past_the_request_timeout_is_cut(gated: StartGated) -> None:

@@ -221,6 +221,8 @@ class Gate:
 
     async def _upgrade(self, conn: _Conn, context: ssl.SSLContext) -> None:
         assert conn.raw is not None
+        if conn.cut:  # evicted before its turn came
+            return
         try:
             transport = await self.loop.start_tls(
                 conn.raw, conn, context, server_side=True,
@@ -228,6 +230,8 @@ class Gate:
                 ssl_handshake_timeout=self.limits.header_timeout + 1,
             )
         except Exception as exc:  # whatever the peer did; start_tls closed the socket
+            # A connection lost mid-handshake never reaches its protocol: release it here.
+            self.release(conn)
             if not conn.cut:
                 self._refused.labels(metrics.REFUSED_TLS_HANDSHAKE).inc()
                 extra = self._handshake_log.allow()
@@ -235,7 +239,8 @@ class Gate:
                     log.debug("TLS handshake failed", extra={**extra, "error": repr(exc)})
             conn.abort()
             return
-        if transport is None or conn.cut:
+        if transport is None or conn.cut:  # lost or evicted mid-handshake (start_tls says None)
+            self.release(conn)
             conn.abort()
             return
         conn.attach(transport)

@@ -200,6 +200,7 @@ class Gate:
         metrics.EXPORTER_HTTP_CONNECTIONS_LIMIT.gauge(registry).set_function(
             lambda: self.limits.max_connections)
         self._handshake_log = Throttle()
+        self._handshakes: set[asyncio.Task[None]] = set()  # the loop holds tasks weakly
         self._sweeper = self.loop.create_task(self._sweep())
 
     # --- admission ----------------------------------------------------------------------
@@ -217,7 +218,9 @@ class Gate:
             return
         # Nothing may reach the protocol before the TLS layer is in place.
         conn.raw.pause_reading()
-        self.loop.create_task(self._upgrade(conn, context))
+        task = self.loop.create_task(self._upgrade(conn, context))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
 
     async def _upgrade(self, conn: _Conn, context: ssl.SSLContext) -> None:
         assert conn.raw is not None

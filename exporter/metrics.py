@@ -159,6 +159,30 @@ EXPORTER_CONFIG_LAST_RELOAD_SUCCESSFUL = _def(
     Kind.GAUGE,
     "1 if the last config load or reload succeeded, 0 if it failed and the old config runs.",
 )
+#: Bounded values of ``reason`` on EXPORTER_HTTP_CONNECTIONS_REFUSED.
+REFUSE_REASONS = ("limit", "evicted", "header_timeout", "request_timeout", "tls_handshake")
+(REFUSED_LIMIT, REFUSED_EVICTED, REFUSED_HEADER_TIMEOUT, REFUSED_REQUEST_TIMEOUT,
+ REFUSED_TLS_HANDSHAKE) = REFUSE_REASONS
+EXPORTER_HTTP_CONNECTIONS_REFUSED = _def(
+    "llm_exporter_http_connections_refused_total",
+    Kind.COUNTER,
+    "Connections the listener refused or cut by reason: limit (at the connection cap with "
+    "none idle, closed on accept), evicted (the longest-idle connection closed to make room "
+    "for a new one), header_timeout (no complete request headers in time), request_timeout "
+    "(a response not taken by the client in time), tls_handshake (failed or too slow).",
+    ("reason",),
+)
+EXPORTER_HTTP_CONNECTIONS_OPEN = _def(
+    "llm_exporter_http_connections_open",
+    Kind.GAUGE,
+    "Connections to the exporter's listener open now, idle ones included.",
+)
+EXPORTER_HTTP_CONNECTIONS_LIMIT = _def(
+    "llm_exporter_http_connections_limit",
+    Kind.GAUGE,
+    "The connection cap: server.max_connections, or by default what the open-file limit "
+    "leaves after the descriptors kept for the checks.",
+)
 
 # --- gpu (NVML) ---------------------------------------------------------------------------
 # Read by exporter/checks/gpu/check.py. Per-GPU series carry `gpu` (NVML index), `uuid` and `name`.

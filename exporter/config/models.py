@@ -37,6 +37,12 @@ class ServerConfig(StrictModel):
     listen_address: str = "0.0.0.0:9400"
     log_format: Literal["logfmt", "json"] = "logfmt"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: Connections served at once; by default what the open-file limit allows (docs/security.md).
+    max_connections: int | None = Field(default=None, ge=1)
+    #: From accepting a connection (or TLS) to complete request headers: slowloris's bound.
+    header_timeout: Duration = 10.0
+    #: A kept-alive connection with no request is closed after this long.
+    idle_timeout: Duration = 120.0
 
     @field_validator("listen_address")
     @classmethod

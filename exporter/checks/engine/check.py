@@ -34,6 +34,7 @@ from exporter.checks.base import Check
 from exporter.checks.engine.parse import (
     HistogramValue,
     ParseError,
+    ParseTimeout,
     Snapshot,
     detect,
     has_names,
@@ -251,8 +252,9 @@ class EngineCheck(Check):
             raise ScrapeError("not_prometheus", f"got {kind}, not the Prometheus text format")
         # Parsing takes ~20 ms per MB (a 16 MB label bomb, most of a second): keep it off
         # the event loop, which then shares the interpreter with it at the GIL's switch
-        # interval (5 ms) instead of stopping for it.
-        snapshot = await asyncio.to_thread(self._parse, body)
+        # interval (5 ms) instead of stopping for it. The parse stops at the deadline, so a
+        # thread is never left working for a scrape that has already timed out.
+        snapshot = await asyncio.to_thread(self._parse, body, deadline)
         if snapshot.engine != (self.config.type or self._detected):
             log.info(
                 "engine family detected",
@@ -283,7 +285,7 @@ class EngineCheck(Check):
             self._url = alt
         return body, content_type, kind
 
-    def _parse(self, body: bytes) -> Snapshot:
+    def _parse(self, body: bytes, deadline: float | None = None) -> Snapshot:
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -301,7 +303,7 @@ class EngineCheck(Check):
         try:
             snapshot = None
             if family is not None:
-                snapshot = parse(text, family, limits, keep)
+                snapshot = parse(text, family, limits, keep, deadline)
                 # A configured type whose names are there is trusted even when nothing
                 # mapped matched (an engine that has loaded no model yet); a detected one
                 # is re-checked.
@@ -314,9 +316,15 @@ class EngineCheck(Check):
                 )
             if found == family and snapshot is not None:
                 return snapshot
-            return parse(text, found, limits)
+            return parse(text, found, limits, deadline=deadline)
         except ParseError as exc:
             raise ScrapeError("malformed", str(exc)) from None
+        except ParseTimeout:
+            raise ScrapeError(
+                "timeout",
+                f"no complete scrape within {self.config.timeout:g}s "
+                f"(parsing a {len(body)} byte body)",
+            ) from None
 
     async def _fetch(self, url: str, deadline: float, limit: int) -> tuple[bytes, str]:
         remaining = deadline - time.monotonic()

@@ -9,14 +9,17 @@ skipped before any label parsing, which is what makes this several times faster 
 Lines that are read are validated strictly: a malformed one fails the whole scrape, as it
 would in Prometheus, and so do a series written twice (same name and label set as written),
 ``le="NaN"`` and bucket counts that decrease as ``le`` grows. Lines that are skipped are not
-validated, since nothing read from them reaches /metrics, and neither are lines a cap turned
-away (``limits.py``). Timestamps are ignored (values are re-exposed at the exporter's
-scrape), exemplars are ignored, and ``# EOF`` ends the input.
+validated, since nothing read from them reaches /metrics; lines a cap turned away
+(``limits.py``) are, except for repeats, which are not remembered. Timestamps are ignored
+(values are re-exposed at the exporter's scrape), exemplars are ignored, and ``# EOF`` ends
+the input. A parse past its deadline stops (``ParseTimeout``), so a body that takes too
+long never holds a worker thread beyond its scrape.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -32,6 +35,14 @@ _INF: Final = float("inf")
 
 class ParseError(ValueError):
     """The exposition does not parse; ``str()`` names the line number, never its content."""
+
+
+class ParseTimeout(Exception):
+    """The parse passed its deadline."""
+
+
+#: How many lines pass between looks at the clock (a few milliseconds of parsing).
+_CLOCK_EVERY = 4096
 
 
 @dataclass
@@ -237,11 +248,13 @@ def parse(
     engine: str,
     limits: EngineLimits = _DEFAULT_LIMITS,
     keep: Mapping[str, Sequence[str]] | None = None,
+    deadline: float | None = None,
 ) -> Snapshot:
     """Parse and normalize one exposition of ``engine`` under ``limits``.
 
     ``keep`` is the previous scrape's ``Snapshot.kept``: those values stay admitted while
     present, so a new value past a cap never displaces one that already has history.
+    ``deadline`` is a ``time.monotonic()`` value past which ``ParseTimeout`` is raised.
     """
     try:
         text = body.decode("utf-8") if isinstance(body, bytes) else body
@@ -250,11 +263,13 @@ def parse(
     lookup = _LOOKUP[engine]
     store: _Store = {}
     gate = Gate(limits, keep or {})
-    seen: set[str] = set()
+    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
     matched = 0
     lineno = 0
     for line in text.split("\n"):
         lineno += 1
+        if not lineno % _CLOCK_EVERY and deadline is not None and time.monotonic() > deadline:
+            raise ParseTimeout(f"stopped at line {lineno}")
         if not line:
             continue
         if line[0] == "#":
@@ -301,9 +316,9 @@ def parse(
         for plan in plans:
             stored = _apply(plan, labels, value, store, lineno, gate) or stored
         if stored:
-            # The name and label block as written: an exact repeat is a second series of
-            # the same identity, which Prometheus would reject rather than sum.
-            ident = line[: len(line) - len(tail)]
+            # A second sample of the same name and label set is a second series of one
+            # identity, which Prometheus would reject rather than sum.
+            ident = (name, frozenset(labels.items()))
             if ident in seen:
                 raise ParseError(f"line {lineno}: the same series again")
             seen.add(ident)

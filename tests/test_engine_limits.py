@@ -4,11 +4,19 @@ tests/test_engine_faults.py)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from exporter import metrics
 from exporter.checks.engine.limits import LABEL_REASONS, cap_of
-from exporter.checks.engine.parse import HistogramValue, ParseError, has_names, parse
+from exporter.checks.engine.parse import (
+    HistogramValue,
+    ParseError,
+    ParseTimeout,
+    has_names,
+    parse,
+)
 from exporter.checks.engine.table import SOURCES
 from exporter.config.models import EngineLimits
 
@@ -134,3 +142,17 @@ def test_has_names() -> None:
     assert has_names('# HELP x\nvllm:num_requests_running{model_name="m"} 1\n', "vllm")
     assert has_names("sglang_num_queue_reqs 1\n", "sglang")
     assert not has_names("python_gc_objects_collected_total 1\nnot vllm: here\n", "vllm")
+
+
+def test_a_parse_past_its_deadline_stops() -> None:
+    body = lines(RUNNING + '{{engine="{i}",model_name="m"}} 1', 10_000)
+    with pytest.raises(ParseTimeout):
+        parse(body, "vllm", deadline=time.monotonic() - 1)
+    assert parse(body, "vllm", deadline=time.monotonic() + 3600).dropped == {"dp_rank": 9936}
+
+
+def test_exemplars_do_not_hide_a_duplicate() -> None:
+    sample = f'{TTFT}_bucket{{engine="0",le="0.1",model_name="m"}} 1'
+    body = f'{sample} # {{trace_id="a"}} 0.05\n{sample} # {{trace_id="b"}} 0.07\n'
+    with pytest.raises(ParseError, match="line 2: the same series again"):
+        parse(body, "vllm")

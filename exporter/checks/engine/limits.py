@@ -56,6 +56,7 @@ class Gate:
 
     def __init__(self, limits: EngineLimits, keep: Mapping[str, Sequence[str]]) -> None:
         self.limits = limits
+        self.max_buckets = limits.max_buckets
         self._keep = keep
         self._labels: dict[str, _Label] = {}
         self.dropped: Counter[str] = Counter()

@@ -21,6 +21,7 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 
 from benchmarks.engine_parse import vllm_exposition
 from exporter.checks.engine.parse import HistogramValue, Snapshot, parse
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in BOMBS:
         body = BODIES[name]()
         mb = len(body) / 1e6
-        seconds = median_s(lambda b=body: parse(b, "vllm", LIMITS), args.repeat)
+        seconds = median_s(partial(parse, body, "vllm", LIMITS), args.repeat)
         mem = peak_mb(body) / mb
         snap = parse(body, "vllm", LIMITS)
         series = exposed(snap)

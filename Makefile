@@ -6,8 +6,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages the test suite drives for real (promtool, Prometheus, Alertmanager, netns).
-# systemd: systemd-analyze verifies the unit in deploy/systemd.
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2 nftables systemd
+# systemd: systemd-analyze verifies the unit in deploy/systemd. chromium: the browser tests
+# (Playwright drives /usr/bin/chromium; no browser download).
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2 nftables systemd chromium
 DEMO_CONFIG ?= deploy/demo.yaml
 SIM_PORT ?= 8800
 

@@ -32,9 +32,11 @@ figure{margin:8px 0;overflow-x:auto}
 figure img{max-width:100%;height:auto;display:block}
 table{border-collapse:collapse;margin:10px 0;font-size:13px;width:100%}
 caption{text-align:left;font-weight:600;padding:4px 0}
-th,td{border-bottom:1px solid var(--line);padding:4px 8px;text-align:left;white-space:nowrap}
+th,td{border-bottom:1px solid var(--line);padding:4px 8px;text-align:left}
+th{white-space:nowrap}
+th.num{text-align:right}
 th{color:var(--muted);font-weight:500;font-size:12px}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .worse{color:var(--worse)} .bad{color:var(--bad);font-weight:600} .good{color:var(--good)}
 .empty{color:var(--muted);font-style:italic}
 .wrap{overflow-x:auto}
@@ -56,7 +58,9 @@ def _cell(c: Cell, tag: str = "td") -> str:
 
 
 def _table(t: Table) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in t.header)
+    first = t.rows[0] if t.rows else []
+    head = "".join(f'<th class="num">{escape(h)}</th>' if i < len(first) and first[i].path
+                   else f"<th>{escape(h)}</th>" for i, h in enumerate(t.header))
     rows = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in t.rows)
     return (f'<div class="wrap"><table><caption>{escape(t.title)}</caption>'
             f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>")

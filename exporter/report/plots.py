@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.dates import date2num as _date2num
 from matplotlib.figure import Figure
 
-from exporter.report import fmt
+from exporter.report import fmt, tables
 from exporter.report.model import Report
 from exporter.report.period import DAYTIME
 
@@ -59,6 +59,7 @@ def _grouped(ax: Axes, groups: Sequence[str], series: dict[str, Sequence[float |
         ax.bar(xs, ys, width, label=name, color=COLORS[i % len(COLORS)])
     ax.set_xticks([g + width * (len(series) - 1) / 2 for g in range(len(groups))], groups)
     ax.set_ylabel(label)
+    ax.set_ylim(bottom=0)
 
 
 def carrier(r: Report, i: int) -> str:
@@ -72,9 +73,9 @@ def carrier(r: Report, i: int) -> str:
                 fmt.class_name(cls, r.peak_windows): [getattr(q, k, None) for k in
                                                       ("p50", "p95", "p99")]
                 for cls, q in m.by_class.items()}, m.unit)
-            ax.set_title(m.metric)
-        axes[0][0].legend(fontsize=7, frameon=False)
-        fig.suptitle(f"carrier {fmt.scope(c.vantage, c.carrier)}", fontsize=10)
+            ax.set_title(tables.LABELS.get(m.metric, m.metric))
+        axes[0][-1].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
+        fig.suptitle(f"carrier {fmt.scope(c.vantage, c.carrier)}", fontsize=10, y=1.06)
         return _uri(fig)
 
 
@@ -129,24 +130,25 @@ def outcomes(r: Report) -> str:
     with _style():
         fig, ax = plt.subplots(figsize=(7, 0.8 + 0.35 * max(len(probes), 1)))
         left = [0.0] * len(probes)
-        for j, (name, ns) in enumerate(sorted(totals.items())):
+        for j, (name, ns) in enumerate(sorted(totals.items(), key=lambda kv: -sum(kv[1]))):
             ax.barh(probes, ns, left=left, label=name, color=COLORS[j % len(COLORS)])
             left = [a + b for a, b in zip(left, ns, strict=True)]
         ax.set_xlabel("requests in the period")
-        ax.legend(fontsize=7, frameon=False, ncols=4, loc="lower right")
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
         return _uri(fig)
 
 
 def queue(r: Report) -> str:
+    """Share of the period's requests per queue-time bucket, engines side by side."""
+    bounds = sorted({b.le for q in r.queue for b in q.buckets if b.share > 0})
+    names = [fmt.value(le, "s") if le != float("inf") else "more" for le in bounds]
     with _style():
         fig, ax = plt.subplots(figsize=(7, 2.4))
-        for i, q in enumerate(r.queue):
-            shown = [b for b in q.buckets if b.share > 0]
-            ax.plot([fmt.value(b.le, "s") if b.le != float("inf") else "+Inf" for b in shown],
-                    [b.share * 100 for b in shown], marker="o", color=COLORS[i % len(COLORS)],
-                    label=f"{q.target} {q.model}")
+        _grouped(ax, [f"≤ {n}" if n != "more" else n for n in names], {
+            f"{q.target} {q.model}": [next((b.share for b in q.buckets if b.le == le), None)
+                                      for le in bounds] for q in r.queue}, "ratio")
         ax.set_ylabel("% of requests")
-        ax.set_xlabel("queue time up to (bucket)")
+        ax.set_xlabel("queue time (engine histogram bucket)")
         ax.legend(fontsize=7, frameon=False)
         return _uri(fig)
 
@@ -158,7 +160,8 @@ def goodput(r: Report) -> str:
             fmt.class_name(c, r.peak_windows): [g.by_class.get(c) for g in r.goodput]
             for c in r.classes}, "ratio")
         ax.axhline(r.slo.objective * 100, color="#c23b3b", lw=1, ls="--", label="objective")
-        ax.legend(fontsize=7, frameon=False, loc="lower right")
+        ax.set_ylim(0, 105)
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
         return _uri(fig)
 
 
@@ -171,6 +174,7 @@ def bench(r: Report) -> str:
         fig, ax = plt.subplots(figsize=(7, 2.2))
         _grouped(ax, list(latency), {q: [d.get(q) for d in latency.values()] for q in qs}, "s")
         ax.set_yscale("log")
+        ax.autoscale(axis="y")  # _grouped's 0 floor has no place on a log axis
         ax.legend(fontsize=7, frameon=False)
         ax.set_title(f"bench {r.bench.source}")
         return _uri(fig)

@@ -74,7 +74,10 @@ def outcomes(col: Collector, classes: Sequence[str]) -> list[Outcomes]:
     rows: dict[Key, dict[str, dict[str, float]]] = {}
     for (vantage, probe, outcome), per in data.items():
         for cls, n in per.items():
-            rows.setdefault((vantage, probe), {}).setdefault(cls, {})[outcome] = n
+            # Series are pre-created at 0: an outcome that never happened is no column.
+            seen = rows.setdefault((vantage, probe), {}).setdefault(cls, {})
+            if n > 0 or outcome == ProbeOutcome.OK.value:
+                seen[outcome] = n
     out = []
     for (vantage, probe), per_class in sorted(rows.items()):
         by_class: dict[str, OutcomeCounts | None] = {}

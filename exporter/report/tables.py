@@ -54,10 +54,10 @@ def _metric_rows(m: Metric, base: str, classes: list[str]) -> Iterator[list[Cell
         row = [Cell(LABELS.get(m.metric, m.metric)), Cell(q)]
         for cls in classes:
             qs = m.by_class.get(cls)
-            row.append(num(getattr(qs, q, None), m.unit, fmt.pointer(base, "by_class", cls, q)))
+            row.append(num(getattr(qs, q, None), m.unit, base + fmt.pointer("by_class", cls, q)))
         for cls in peaks:
             d = getattr(m.diff[cls], q)
-            row.append(num(d, m.unit, fmt.pointer(base, "diff", cls, q),
+            row.append(num(d, m.unit, base + fmt.pointer("diff", cls, q),
                            "worse" if d is not None and d > 0 else "", signed=True))
         yield row
 

@@ -31,9 +31,12 @@ from tests.support.prometheus import api, scrape_config, start_prometheus
 from tests.support.simulator import running_simulator
 
 #: Seconds of daytime at least before the peak window opens, and of peak after.
-LEAD = 25.0
+LEAD = 15.0
 PEAK = 30.0
 SLOW_FIRST_TOKEN = 0.8
+
+# The lab's setup (up to LEAD + 60 + PEAK seconds, then the report) runs in the first test.
+pytestmark = pytest.mark.timeout(300)
 
 CONFIG = """
 server: {{listen_address: "127.0.0.1:{exporter}", log_level: warning}}

@@ -186,9 +186,11 @@ def _extra_subcommands() -> list[Callable[[AddParser], None]]:
     from exporter.bench import cli as bench
     from exporter.diagnosis import cli as diagnosis_cli
     from exporter.monitoring import generate
+    from exporter.report import cli as report_cli
     from exporter.simulator import cli as simulator_cli
 
-    return [simulator_cli.register, bench.register, generate.register, diagnosis_cli.register]
+    return [simulator_cli.register, bench.register, generate.register, diagnosis_cli.register,
+            report_cli.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

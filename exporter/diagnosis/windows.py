@@ -25,11 +25,11 @@ from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from exporter import metrics
 from exporter.config.policy import DiagnosisConfig
-from exporter.diagnosis.stats import Key, Labels
-from exporter.diagnosis.stats import label as label_of
+from exporter.diagnosis.stats import Key, Labels, part
 
 log = logging.getLogger("exporter.diagnosis")
 
@@ -113,8 +113,7 @@ def _monotonic(family: metrics.Family) -> bool:
     return family.kind is not metrics.Kind.GAUGE
 
 
-#: Histograms whose buckets no window reads: the chain reads the path RTT's mean only, and
-#: at 1000 path targets its buckets would be 27k of every snapshot's values (over MAX_VALUES).
+#: Histograms no window reads the buckets of (27k values at 1000 path targets: > MAX_VALUES).
 _MEAN_ONLY = (metrics.PATH_RTT,)
 #: sample name -> (monotonic, counts from zero on first appearance)
 _KINDS: dict[str, tuple[bool, bool]] = {
@@ -203,7 +202,8 @@ class Window:
     _over_time: dict[str, dict[Key, list[float]]] = field(
         default_factory=dict, repr=False, compare=False
     )
-    _parts: dict[tuple[str, str], dict[str, list[tuple[Key, float]]]] = field(
+    # (what, sample, label) -> label value -> its series (stats.part)
+    _parts: dict[tuple[str, str, str], dict[str, list[Any]]] = field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -233,17 +233,17 @@ class Window:
 
     def part(self, sample: str, label: str, value: str) -> list[tuple[Key, float]]:
         """The increases of the ``sample`` series whose ``label`` is ``value``: one index pass
-        per family, not one scan per probe, path or engine."""
-        index = self._parts.get((sample, label))
-        if index is None:
-            index = {}
-            for item in self.increase(sample):
-                index.setdefault(label_of(item[0][1], label), []).append(item)
-            self._parts[(sample, label)] = index
-        return index.get(value, [])
+        per family, not one scan per probe, path or engine (quadratic at 1000 targets)."""
+        return part(self._parts, ("inc", sample, label), lambda: self.increase(sample), value)
 
     def gauge(self, sample: str) -> Iterator[tuple[Key, float]]:
         return self.last.items(sample)
+
+    def last_part(self, sample: str, label: str, value: str) -> list[tuple[Key, float]]:
+        return part(self._parts, ("last", sample, label), lambda: self.gauge(sample), value)
+
+    def over_time_part(self, sample: str, label: str, value: str) -> list[Any]:
+        return part(self._parts, ("over", sample, label), self.over_time(sample).items, value)
 
     def over_time(self, sample: str) -> dict[Key, list[float]]:
         """Every series of ``sample`` with its values over the window (``*_over_time``),
@@ -265,11 +265,14 @@ class Baseline:
     seconds: float = 0.0
     acc: dict[Key, float] = field(default_factory=dict)
     _index: dict[str, list[tuple[Key, float]]] | None = field(default=None, repr=False)
+    _parts: dict[tuple[str, str, str], dict[str, list[Any]]] = field(
+        default_factory=dict, repr=False)
 
     def add(self, a: Snapshot, b: Snapshot, sign: float) -> None:
         if a.in_peak or b.in_peak:
             return
         self._index = None
+        self._parts.clear()
         self.seconds += sign * (b.at - a.at)
         keys, values = b.layout.keys, b.values
         for i in b.layout.monotonic:
@@ -294,6 +297,9 @@ class Baseline:
                 index.setdefault(k[0], []).append((k, v))
             self._index = index
         return self._index.get(sample, [])
+
+    def part(self, sample: str, label: str, value: str) -> list[tuple[Key, float]]:
+        return part(self._parts, ("base", sample, label), lambda: self.items(sample), value)
 
 
 class History:

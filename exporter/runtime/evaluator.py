@@ -7,8 +7,8 @@ The whole evaluation (collecting the samples, the window math, the chain) runs o
 thread, so neither /metrics nor a check waits on it: collecting is safe there because
 prometheus_client's metric objects lock their values and the checks' own collectors read
 snapshots they replace whole (the engine views, the NVML snapshot). Pure Python still holds
-the GIL, so the loop may wait up to one switch interval (5 ms) at a time while it runs; the
-cost per evaluation is in docs/diagnosis.md.
+the GIL, so the loop may wait up to one switch interval (1 ms, set in app.py) at a time while
+it runs; the cost per evaluation is in docs/diagnosis.md.
 An evaluation that raises is logged once (until one succeeds again), counted in
 ``llm_diagnosis_evaluation_errors_total`` and skipped; the exporter carries on.
 

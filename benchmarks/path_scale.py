@@ -185,6 +185,14 @@ def metrics_run(lab: Lab, workdir: Path, n: int, duration: float) -> dict[str, f
     latencies, size, text = ex.scrape_for(duration, 0.5)
     sent1, recv1 = totals(text)
     lines = text.count("\n")
+    runs = parse(text)
+    ok_runs = {
+        kind: sum(v for (name, labels), v in runs.items()
+                  if name == "llm_exporter_check_runs_total"
+                  and ("outcome", "success") in labels
+                  and dict(labels)["check"].startswith(kind + "/"))
+        for kind in ("engine", "probe", "route")
+    }
     lab.stop(ex.proc)
     latencies.sort()
     return {
@@ -195,6 +203,7 @@ def metrics_run(lab: Lab, workdir: Path, n: int, duration: float) -> dict[str, f
         "lines": lines,
         "gzip_bytes": size,
         "loss": 1 - (recv1 - recv0) / (sent1 - sent0),
+        **{f"{k}_ok": v for k, v in ok_runs.items()},
     }
 
 
@@ -278,7 +287,9 @@ def main() -> int:
                     print(f"      {n:5d} targets: {r['scrapes']:.0f} scrapes, p50"
                           f" {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max"
                           f" {r['max_ms']:.1f} ms; {r['lines']:.0f} lines,"
-                          f" {r['gzip_bytes'] / 1e6:.2f} MB gzipped; loss {r['loss']:.4%}")
+                          f" {r['gzip_bytes'] / 1e6:.2f} MB gzipped; loss {r['loss']:.4%};"
+                          f" successful runs: engine {r['engine_ok']:.0f}, probe"
+                          f" {r['probe_ok']:.0f}, route {r['route_ok']:.0f}")
                 print(f"      p99 ratio {args.targets} targets / 1 target:"
                       f" {big['p99_ms'] / ref['p99_ms']:.1f}")
                 ok &= big["p99_ms"] < 100 and big["loss"] < 0.001

@@ -22,11 +22,9 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.metrics import Family, ProbeOutcome
 from exporter.monitoring import names
-from exporter.monitoring.names import MODEL, RATE, SCRAPE, Quantiles
+from exporter.monitoring.names import FLEET, MODEL, RATE, SCRAPE, SOURCE, Quantiles
 from exporter.monitoring.promql import offpeak_gate, prom_duration
 
-#: External labels of a fleet's edge Prometheus servers (docs/scaling.md).
-FLEET = ("site", "vantage")
 PROBE_KEY = (*metrics.PROBE_LABELS, *FLEET)
 PATH_KEY = (*metrics.PATH_LABELS, *FLEET)
 ROUTE_KEY = (*metrics.ROUTE_LABELS, *FLEET)
@@ -118,7 +116,7 @@ def path_queries(w: Window) -> dict[str, str]:
     k, r = PATH_KEY, ROUTE_KEY
     rtt = metrics.PATH_RTT.name
     peak = metrics.EXPORTER_PEAK_WINDOW.name
-    instance = by((*SCRAPE, *FLEET))
+    instance = by(SOURCE)
     sent = metrics.PATH_PACKETS_SENT.name
     return {
         "path_sent": increase(k, sent, w.range),
@@ -143,7 +141,7 @@ def path_queries(w: Window) -> dict[str, str]:
 
 def engine_queries(w: Window) -> dict[str, str]:
     k = ENGINE_KEY
-    model = (*(x for x in MODEL.labels if x not in SCRAPE), *FLEET)
+    model = tuple(x for x in MODEL.labels if x not in SCRAPE)
 
     def inc(family: Family, suffix: str = "", before: bool = False) -> str:
         if before:

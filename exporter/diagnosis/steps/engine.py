@@ -83,7 +83,7 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
     """The engine's findings; None when the numbers needed to split its time are missing."""
     th, e = ctx.th, st.engine
     lab = {"engine": e.engine, "target": e.target}
-    scope = {"engine": e.engine}
+    scope = {"engine": e.engine, "site": e.site}  # engine names repeat across sites
     out: list[Finding] = []
 
     own = st.own

@@ -52,7 +52,10 @@ def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, 
                    slo_ttft: float, cleared: list[Evidence]) -> list[Finding]:
     th = ctx.th
     labels = {"carrier": path.carrier, "target": path.target, "vantage": path.vantage}
-    scope = {"carrier": path.carrier, "target": path.target}
+    # Where it was measured from too: loss seen from one carrier's vantage point is that
+    # vantage point's path, not every path on the carrier.
+    scope = {"carrier": path.carrier, "target": path.target, "site": path.site,
+             "vantage": path.vantage}
     where = f"{path.carrier.capitalize()} path to {path.target}"
     out: list[Finding] = []
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,9 @@ INTERVAL = "2s"
 #: The model the simulator serves.
 MODEL = "simulated-model"
 #: What every exporter config and the central diagnosis share: a tight TTFT SLO that
-#: retransmissions break, and one short burn-rate pair so a budget burn pages within the run.
+#: retransmissions break, one short burn-rate pair so a budget burn pages within the run,
+#: and the recording window as the diagnosis window, where the central diagnosis reads the
+#: recorded quantiles (the buckets behind them stay at the edges, docs/scaling.md).
 SHARED: dict[str, Any] = {
     "peak_windows": {"timezone": "UTC", "windows": {"evening": {"start": "12:00",
                                                                "end": "13:00"}}},
@@ -83,7 +86,8 @@ class Edge:
     uplink: str  # the hub's address on this edge's management link
 
 
-def _wait(pred: Any, timeout: float, what: str, log: Path | None = None) -> None:
+def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path | None = None
+          ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
@@ -240,18 +244,17 @@ class Fleet:
         for edge in self.edges.values():
             self._prometheus(edge)
         for edge in self.edges.values():
-            _wait(lambda e=edge: self.get(e.ns, f"http://127.0.0.1:{EXPORTER_PORT}/metrics",
-                                          2)[0] == 200,
-                  40, f"the {edge.name} exporter", self.logs[f"{edge.name}-exporter"])
-            _wait(lambda e=edge: self.get(e.ns, f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready",
-                                          2)[0] == 200,
-                  40, f"the {edge.name} Prometheus", self.logs[f"{edge.name}-prometheus"])
-        _wait(lambda: self.get(self.hub, f"http://127.0.0.1:{AM_PORT}/-/ready", 2)[0] == 200,
-              30, "Alertmanager", self.logs["alertmanager"])
+            self._ready(edge.ns, f"{EXPORTER_PORT}/metrics", f"{edge.name}-exporter")
+            self._ready(edge.ns, f"{PROMETHEUS_PORT}/-/ready", f"{edge.name}-prometheus")
+        self._ready(self.hub, f"{AM_PORT}/-/ready", "alertmanager")
         self.spawn(self.lab.site, "load", [
             sys.executable, "-m", "tests.support.lab.load",
             f"http://127.0.0.1:{SIM_PORT}/v1/chat/completions",
             f"--phase={self.load_seconds}:2:256:32:64"])
+
+    def _ready(self, ns: str, where: str, what: str, timeout: float = 40) -> None:
+        url = f"http://127.0.0.1:{where}"
+        _wait(lambda: self.get(ns, url, 2)[0] == 200, timeout, what, self.logs[what])
 
     def _uplink(self, ns: str, index: int) -> str:
         edge_side, hub_side = f"198.18.40.{4 * index + 1}", f"198.18.40.{4 * index + 2}"

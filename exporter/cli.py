@@ -21,6 +21,7 @@ from exporter.commands import AddParser, Command
 from exporter.config.load import load_config
 from exporter.config.models import Config, ServerConfig
 from exporter.config.values import format_duration, secret_refs
+from exporter.config.web import Web, load_web_config
 from exporter.config.yamlfile import ConfigError
 
 EXIT_USAGE = 2
@@ -30,6 +31,8 @@ RUN_EXAMPLES = """examples:
   llm-latency-exporter run --config.file /etc/llm-latency-exporter/config.yaml
   llm-latency-exporter run --config.file config.yaml --web.listen-address 127.0.0.1:9400 \\
       --log.level debug                      # flags override the server section
+  llm-latency-exporter run --config.file config.yaml --web.config.file web.yml
+                                             # TLS and basic auth (docs/security.md)
   llm-latency-exporter                       # same as: run --config ./config.yaml
   kill -HUP $(pidof llm-latency-exporter)    # re-read the config; a bad one is logged and ignored
 """
@@ -37,6 +40,7 @@ RUN_EXAMPLES = """examples:
 CHECK_EXAMPLES = """examples:
   llm-latency-exporter check-config config.yaml
   llm-latency-exporter check-config deploy/demo.yaml && systemctl reload llm-latency-exporter
+  llm-latency-exporter check-config config.yaml --web.config.file web.yml
 exit status: 0 valid, 2 invalid (one line per problem, naming the YAML path and line)
 """
 
@@ -80,13 +84,15 @@ def _flag_overrides(args: argparse.Namespace) -> Callable[[Config], Config]:
         if not server:
             return config
         try:
-            merged = ServerConfig.model_validate({**config.server.model_dump(), **server})
+            # Only the flags are validated: durations in the dump are seconds already.
+            checked = ServerConfig.model_validate(server)
         except ValidationError as exc:
             err = exc.errors()[0]
             flag = "--" + {"listen_address": "web.listen-address"}.get(
                 str(err["loc"][0]), str(err["loc"][0]).replace("_", ".")
             )
             raise ConfigError([f"{flag}: {err['msg'].removeprefix('Value error, ')}"]) from None
+        merged = config.server.model_copy(update={k: getattr(checked, k) for k in server})
         return config.model_copy(update={"server": merged})
 
     return apply
@@ -98,7 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     overrides = _flag_overrides(args)
     config = _or_exit(lambda: overrides(load_config(args.config)))
-    app = _or_exit(lambda: App(config, args.config, adjust=overrides))
+    app = _or_exit(
+        lambda: App(config, args.config, adjust=overrides, web_config=args.web_config_file))
     setup_logging(config.server.log_format, config.server.log_level)
     try:
         asyncio.run(app.serve())
@@ -114,11 +121,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarize(config: Config, path: str) -> str:
+def describe_web(web: Web | None) -> str:
+    if web is None:
+        return "http, no authentication (no --web.config.file)"
+    tls = web.config.tls_server_config
+    parts = [web.scheme]
+    if web.tls is not None:
+        parts.append(f"{tls.min_version}-{tls.max_version}")
+        if tls.client_auth_type != "NoClientCert":
+            parts.append(f"client certificates {tls.client_auth_type}")
+    users = len(web.config.basic_auth_users)
+    parts.append(f"{users} basic-auth users" if users else "no basic auth")
+    return ", ".join(parts)
+
+
+def summarize(config: Config, path: str, web: Web | None = None) -> str:
     """The one-screen summary check-config prints: what would run, and how often."""
     lines = [f"{path}: valid"]
     srv = config.server
     lines.append(f"  server        {srv.listen_address}  log={srv.log_format}/{srv.log_level}")
+    lines.append(f"  web           {describe_web(web)}")
     pw = config.peak_windows
     windows = ", ".join(
         f"{n} {w.start:%H:%M}-{w.end:%H:%M}" for n, w in pw.windows.items()
@@ -151,7 +173,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         if problem:
             print(f"warning: {config.where(*path)}: {problem}; run refuses to start without it",
                   file=sys.stderr)
-    print(_or_exit(lambda: summarize(config, args.file)))
+    web = _or_exit(
+        lambda: load_web_config(args.web_config_file) if args.web_config_file else None)
+    print(_or_exit(lambda: summarize(config, args.file, web)))
     return 0
 
 
@@ -162,9 +186,11 @@ def _extra_subcommands() -> list[Callable[[AddParser], None]]:
     from exporter.bench import cli as bench
     from exporter.diagnosis import cli as diagnosis_cli
     from exporter.monitoring import generate
+    from exporter.report import cli as report_cli
     from exporter.simulator import cli as simulator_cli
 
-    return [simulator_cli.register, bench.register, generate.register, diagnosis_cli.register]
+    return [simulator_cli.register, bench.register, generate.register, diagnosis_cli.register,
+            report_cli.register]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (run, check):
         p.add_argument("--allow-empty", action="store_true",
                        help="accept a config that configures no checks")
+        p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                       help="TLS and basic-auth settings in Prometheus exporter-toolkit's"
+                       " web config format (docs/security.md); re-read on SIGHUP")
     return parser
 
 

@@ -159,6 +159,30 @@ EXPORTER_CONFIG_LAST_RELOAD_SUCCESSFUL = _def(
     Kind.GAUGE,
     "1 if the last config load or reload succeeded, 0 if it failed and the old config runs.",
 )
+#: Bounded values of ``reason`` on EXPORTER_HTTP_CONNECTIONS_REFUSED.
+REFUSE_REASONS = ("limit", "evicted", "header_timeout", "request_timeout", "tls_handshake")
+(REFUSED_LIMIT, REFUSED_EVICTED, REFUSED_HEADER_TIMEOUT, REFUSED_REQUEST_TIMEOUT,
+ REFUSED_TLS_HANDSHAKE) = REFUSE_REASONS
+EXPORTER_HTTP_CONNECTIONS_REFUSED = _def(
+    "llm_exporter_http_connections_refused_total",
+    Kind.COUNTER,
+    "Connections the listener refused or cut by reason: limit (at the connection cap with "
+    "none idle, closed on accept), evicted (the longest-idle connection closed to make room "
+    "for a new one), header_timeout (no complete request headers in time), request_timeout "
+    "(a response not taken by the client in time), tls_handshake (failed or too slow).",
+    ("reason",),
+)
+EXPORTER_HTTP_CONNECTIONS_OPEN = _def(
+    "llm_exporter_http_connections_open",
+    Kind.GAUGE,
+    "Connections to the exporter's listener open now, idle ones included.",
+)
+EXPORTER_HTTP_CONNECTIONS_LIMIT = _def(
+    "llm_exporter_http_connections_limit",
+    Kind.GAUGE,
+    "The connection cap: server.max_connections, or by default what the open-file limit "
+    "leaves after the descriptors kept for the checks.",
+)
 
 # --- gpu (NVML) ---------------------------------------------------------------------------
 # Read by exporter/checks/gpu/check.py. Per-GPU series carry `gpu` (NVML index), `uuid` and `name`.
@@ -593,17 +617,26 @@ ENGINE_SCRAPE_ERRORS = _def(
     "Failed engine scrapes by reason: timeout, connection (refused, reset, DNS, TLS), "
     "http_4xx, http_5xx, http_status (other non-2xx), too_large (body over the size cap), "
     "not_prometheus (HTML or JSON instead of the text format), malformed (a line of a mapped "
-    "family does not parse), unrecognized (no known engine family in the exposition), "
+    "family does not parse, a series twice, le NaN, bucket counts that decrease), "
+    "unrecognized (no known engine family in the exposition, or none of the configured "
+    "type's), "
     "redirect (more redirects than a client follows: a loop).",
     ("target", "reason"),
     section="engine",
 )
+#: Bounded values of ``reason`` on ENGINE_DROPPED_SERIES: the label whose per-target cap
+#: was full (model: max_models, dp_rank: max_dp_ranks, finished_reason/reason/source:
+#: max_label_values), ``le`` (a histogram series with more than max_buckets bounds) or
+#: ``series`` (the target's max_series was reached). Pre-created at 0 per target.
+ENGINE_DROP_REASONS = ("model", "dp_rank", "finished_reason", "reason", "source", "le", "series")
 ENGINE_DROPPED_SERIES = _def(
     "llm_engine_dropped_series_total",
     Kind.COUNTER,
-    "Normalized series left out because the target reported more than max_models model "
-    "values; increased by the number dropped on every scrape.",
-    ENGINE_TARGET_LABELS,
+    "Engine series (sample lines of mapped families) left out by a cap, by reason: the "
+    "label whose cap was full (" + ", ".join(ENGINE_DROP_REASONS[:5]) + "), le (more than "
+    "max_buckets bounds in one histogram) or series (max_series reached); increased by the "
+    "number dropped on every scrape.",
+    ("target", "reason"),
     section="engine",
 )
 ENGINE_INFO = _def(

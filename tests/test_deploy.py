@@ -485,6 +485,8 @@ def test_systemd_unit_hardening() -> None:
                 "LockPersonality", "MemoryDenyWriteExecute", "RestrictNamespaces"):
         assert directives[key] == ["yes"], key
     assert directives["ExecReload"][-1] == "/bin/kill -HUP $MAINPID"
+    # The listener's connection cap is derived from it (docs/security.md).
+    assert int(directives["LimitNOFILE"][0]) >= 4096
 
 
 # --- native stack files ----------------------------------------------------------------------

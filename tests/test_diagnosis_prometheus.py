@@ -35,6 +35,7 @@ from exporter.diagnosis.result import SCHEMA_ID, Diagnosis, Evidence, Step, Verd
 from exporter.monitoring import generate
 from tests.support import ROOT
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.prometheus import scrape_config, start_prometheus
 from tests.support.samples import find
 from tests.support.simulator import running_simulator
 
@@ -66,18 +67,8 @@ paths:
 gpu: {{enabled: true, interval: 1s}}
 """
 
-# The edge: scrapes the exporter, runs the rules, has the fleet's external labels.
-EDGE = """
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-  external_labels: {{site: sh-gpu, vantage: ct-gz}}
-rule_files: [{rules}/recording.yaml, {rules}/alerts.yaml]
-scrape_configs:
-  - job_name: llm
-    static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
-"""
+# The edge scrapes the exporter, runs the rules, has the fleet's external labels.
+FLEET_LABELS = {"site": "sh-gpu", "vantage": "ct-gz"}
 # The central store: federates the edge, which adds its external labels on the way out,
 # as remote_write to Mimir or Thanos would.
 CENTRAL = """
@@ -99,7 +90,7 @@ FAULT = 25.0
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("diag-prom")
-    exporter_port, edge_port, central_port = free_port(), free_port(), free_port()
+    exporter_port = free_port()
     procs: list[Proc] = []
     with running_simulator(fmt="vllm", seed=7, fast=True) as sim:
         try:
@@ -114,23 +105,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             config = load_config(config_path)
             generate.write(config, tmp / "generated")
             rules = tmp / "generated" / "rules"
-            for name, port, text in (
-                ("edge", edge_port, EDGE.format(rules=rules, exporter=exporter_port)),
-                ("central", central_port, CENTRAL.format(edge=edge_port)),
-            ):
-                (tmp / f"{name}.yml").write_text(text)
-                procs.append(Proc(["prometheus", f"--config.file={tmp / f'{name}.yml'}",
-                                   f"--storage.tsdb.path={tmp / name}",
-                                   f"--web.listen-address=127.0.0.1:{port}"]))
-                ready = f"http://127.0.0.1:{port}/-/ready"
-
-                def up(ready: str = ready) -> bool:
-                    return http_get(ready)[0] == 200
-
-                wait_until(up, timeout=30, what=f"{name} prometheus")
+            edge = start_prometheus(tmp, scrape_config(exporter_port, rules, FLEET_LABELS),
+                                    name="edge")
+            procs.append(edge.proc)
+            central = start_prometheus(tmp, CENTRAL.format(edge=edge.url.rsplit(":", 1)[1]),
+                                       name="central")
+            procs.append(central.proc)
             time.sleep(FILL)
-            yield {"prom": f"http://127.0.0.1:{central_port}",
-                   "edge": f"http://127.0.0.1:{edge_port}", "exporter": exporter,
+            yield {"prom": central.url, "edge": edge.url, "exporter": exporter,
                    "config": config, "config_path": config_path, "sim": sim}
         finally:
             for proc in reversed(procs):

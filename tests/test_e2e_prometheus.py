@@ -30,6 +30,7 @@ from exporter.monitoring import generate
 from exporter.monitoring.dashboards import kit
 from tests.support.generated import queries, rules_of, substitute
 from tests.support.procs import Proc, free_port, http_get, wait_until
+from tests.support.prometheus import api, scrape_config, start_prometheus
 from tests.support.simulator import StartSimulator
 
 #: Seconds after the start when the peak window opens, and when the engine is overloaded.
@@ -66,23 +67,6 @@ paths:
     lab: [{{name: lo, host: 127.0.0.1, region: local, protocol: tcp, port: {sim}}}]
 gpu: {{enabled: true, interval: 1s}}
 """
-
-PROMETHEUS = """
-global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
-rule_files: [{rules}/recording.yaml, {rules}/alerts.yaml]
-scrape_configs:
-  - job_name: llm
-    static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
-"""
-
-
-def api(base: str, path: str, **params: str | float) -> Any:
-    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        body = json.load(resp)
-    assert body["status"] == "success", body
-    return body["data"]
-
 
 def sleep_until(moment: float) -> None:
     while (left := moment - time.time()) > 0:
@@ -128,11 +112,10 @@ def has_data(prom: str, expr: str, start: float, end: float) -> str | None:
 def test_rules_and_dashboards_on_real_prometheus(
     tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator
 ) -> None:
-    exporter_port, prom_port = free_port(), free_port()
+    exporter_port = free_port()
     sim_port = simulator(fmt="vllm", seed=7).port
     sim = f"http://127.0.0.1:{sim_port}"
     exporter = f"http://127.0.0.1:{exporter_port}"
-    prom = f"http://127.0.0.1:{prom_port}"
 
     start = time.time()
     config_path = tmp_path / "config.yaml"
@@ -143,12 +126,8 @@ def test_rules_and_dashboards_on_real_prometheus(
 
     generated = tmp_path / "generated"
     generate.write(load_config(config_path), generated)
-    prom_config = tmp_path / "prometheus.yml"
-    prom_config.write_text(PROMETHEUS.format(rules=generated / "rules", exporter=exporter_port))
-    spawn(["prometheus", f"--config.file={prom_config}",
-           f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-           f"--web.listen-address=127.0.0.1:{prom_port}"])
-    wait_until(lambda: http_get(f"{prom}/-/ready")[0] == 200, timeout=30, what="prometheus")
+    prom = start_prometheus(tmp_path, scrape_config(exporter_port, generated / "rules"),
+                            spawn).url
 
     # Every rule loaded and evaluates without error (a bad join shows here, not as no data).
     sleep_until(start + OVERLOAD_AFTER)

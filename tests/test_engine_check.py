@@ -163,7 +163,8 @@ async def test_vllm_fixture_over_http_equals_source(engine: FakeEngine) -> None:
                      version="0.11.2") == 1.0
         for reason in REASONS:
             assert value(out, "llm_engine_scrape_errors_total", reason=reason) == 0.0
-        assert value(out, "llm_engine_dropped_series_total", target="vllm-a") == 0.0
+        assert value(out, "llm_engine_dropped_series_total", target="vllm-a",
+                     reason="model") == 0.0
         duration = value(out, "llm_engine_scrape_duration_seconds", target="vllm-a")
         assert duration is not None and duration > 0
         # The histogram's bounds are the engine's own, written the Prometheus way.
@@ -411,8 +412,10 @@ async def test_model_cap_over_http(engine: FakeEngine) -> None:
         out = exposition(registry)
         exposed = {labels["model"] for labels, _ in find(out, "llm_engine_prompt_tokens_total")}
         assert exposed == set(models[:20])
-        # 5 models x 2 ranks x 2 families, on each of the two scrapes.
-        assert value(out, "llm_engine_dropped_series_total", target="e") == 2 * 5 * 2 * 2
+        # 5 models x 2 ranks x 5 lines (a counter; a histogram's 2 buckets, _count, _sum),
+        # on each of the two scrapes.
+        assert value(out, "llm_engine_dropped_series_total", target="e",
+                     reason="model") == 2 * 5 * 2 * 5
     finally:
         await close_all(checks)
 
@@ -472,9 +475,17 @@ async def test_configured_type_wins_over_detection(engine: FakeEngine) -> None:
     engine.routes["/metrics"] = text(_vllm(5.0, 1.0))
     checks, registry = build(config(entry("e", engine.url("/metrics"), "    type: sglang\n")))
     try:
+        # vLLM names where SGLang's are configured: not an SGLang answering, so down.
+        with pytest.raises(ScrapeError, match="unrecognized: no sglang metric names"):
+            await checks[0].run()
+        out = exposition(registry)
+        assert value(out, "llm_engine_up", target="e") == 0.0
+        assert value(out, "llm_engine_scrape_errors_total", target="e",
+                     reason="unrecognized") == 1.0
+        # Its own names without a mapped series (no model loaded yet) are an empty success.
+        engine.routes["/metrics"] = text('sglang:engine_startup_time{a="1"} 1\n')
         await checks[0].run()
         out = exposition(registry)
-        # Up (the endpoint answered in the text format) but nothing of SGLang's is there.
         assert value(out, "llm_engine_up", target="e") == 1.0
         assert value(out, "llm_engine_info", target="e", family="sglang") == 1.0
         assert data_series(out, "e") == []

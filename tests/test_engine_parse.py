@@ -11,6 +11,7 @@ from exporter import metrics
 from exporter.checks.engine import table
 from exporter.checks.engine.parse import HistogramValue, ParseError, Snapshot, detect, parse
 from exporter.checks.engine.table import FORMATS, SOURCES, Source, sources_for
+from exporter.config.models import EngineLimits
 from tests.support.engine_fixtures import (
     assert_same,
     expected_samples,
@@ -268,18 +269,18 @@ def _models_body(models: list[str]) -> str:
 
 def test_model_cap_keeps_admitted_models_and_counts_drops() -> None:
     first = [f"m{i:02d}" for i in range(25)]
-    snap = parse(_models_body(first), "vllm", max_models=20)
+    snap = parse(_models_body(first), "vllm")
     assert snap.models == tuple(first[:20])
-    assert snap.dropped == 5 * 2  # 5 models x 2 families
+    assert snap.dropped["model"] == 5 * 2  # 5 models x 2 families
     assert set(snap.series[metrics.ENGINE_REQUESTS_RUNNING]) == {(m, "0") for m in first[:20]}
     # A newcomer that sorts first does not displace a model that already has history...
     second = ["a-new", *first[:20]]
-    again = parse(_models_body(second), "vllm", max_models=20, keep=snap.models)
-    assert again.models == snap.models and again.dropped == 2
+    again = parse(_models_body(second), "vllm", keep=snap.kept)
+    assert again.models == snap.models and again.dropped == {"model": 2}
     # ...but takes the place of one that went away.
     third = ["a-new", *first[1:20]]
-    after = parse(_models_body(third), "vllm", max_models=20, keep=again.models)
-    assert "a-new" in after.models and "m00" not in after.models and after.dropped == 0
+    after = parse(_models_body(third), "vllm", keep=again.kept)
+    assert "a-new" in after.models and "m00" not in after.models and after.dropped == {}
 
 
 # --- the table ------------------------------------------------------------------------------
@@ -378,7 +379,7 @@ def test_every_format_round_trips_through_the_table(fmt: str) -> None:
     body, want = _render(rows, ["model-a", 'odd "model"\\b'])
     engine = fmt.removesuffix("-legacy")
     assert detect(body) == engine
-    snap = parse(body, engine, max_models=10)
+    snap = parse(body, engine, EngineLimits(max_models=10))
     got = snapshot_samples(snap)
     assert got.keys() == want.keys()
     for k, value in want.items():

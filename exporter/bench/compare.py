@@ -76,15 +76,21 @@ def compare(
     out: list[Change] = []
     for name, unit, value, worse_up, gated in _metric_rows(current, percentiles):
         b = base.get(name)
-        regression = False
-        if gated and b is not None and value is not None and b > 0:
-            rel = (value - b) / b
-            if worse_up:
-                regression = rel > max_regression and value - b > floor
-            else:
-                regression = -rel > max_regression
+        regression = gated and regressed(b, value, worse_up, max_regression, floor)
         out.append(Change(name, unit, b, value, worse_up, gated, regression))
     return out
+
+
+def regressed(baseline: float | None, value: float | None, higher_is_worse: bool,
+              max_regression: float, floor: float) -> bool:
+    """Worse than ``baseline`` by more than ``max_regression`` (relative); a latency must
+    also have moved by more than ``floor`` seconds."""
+    if baseline is None or value is None or baseline <= 0:
+        return False
+    rel = (value - baseline) / baseline
+    if higher_is_worse:
+        return rel > max_regression and value - baseline > floor
+    return -rel > max_regression
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -116,16 +122,21 @@ def render_compare(changes: list[Change], path: str, max_regression: float) -> s
     return "\n".join(lines)
 
 
-def load_baseline(path: str) -> dict[str, Any]:
+def load_baseline(path: str, flag: str = "--compare") -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise BenchError(f"--compare {path}: cannot read a bench JSON file: {exc}") from None
+        raise BenchError(f"{flag} {path}: cannot read a bench JSON file: {exc}") from None
+    return check_bench(data, path, flag)
+
+
+def check_bench(data: Any, path: str, flag: str) -> dict[str, Any]:
+    """``data`` if it is a bench ``--json`` document, else BenchError naming ``flag``."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise BenchError(f"--compare {path}: not a bench --json file (format {FORMAT})")
+        raise BenchError(f"{flag} {path}: not a bench --json file (format {FORMAT})")
     summary = data.get("summary")
     if not isinstance(summary, dict):
-        raise BenchError(f"--compare {path}: no summary in the file")
+        raise BenchError(f"{flag} {path}: no summary in the file")
     return data
 
 

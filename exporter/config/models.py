@@ -37,6 +37,12 @@ class ServerConfig(StrictModel):
     listen_address: str = "0.0.0.0:9400"
     log_format: Literal["logfmt", "json"] = "logfmt"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: Connections served at once; by default what the open-file limit allows (docs/security.md).
+    max_connections: int | None = Field(default=None, ge=1)
+    #: From accepting a connection (or TLS) to complete request headers: slowloris's bound.
+    header_timeout: Duration = 10.0
+    #: A kept-alive connection with no request is closed after this long.
+    idle_timeout: Duration = 120.0
 
     @field_validator("listen_address")
     @classmethod
@@ -124,14 +130,28 @@ class SloOverride(StrictModel):
 EngineType = Literal["vllm", "trtllm", "triton", "sglang"]
 
 
-class EngineConfig(StrictModel):
+class EngineLimits(StrictModel):
+    """Caps on what one engine target may add to /metrics: distinct values per label
+    (per target), ``le`` bounds per histogram series, and Prometheus series in all (each
+    bucket, ``_sum`` and ``_count`` counts as one). What does not fit is dropped and counted
+    in llm_engine_dropped_series_total. The defaults fit 20 models x 2 DP ranks of vLLM with
+    its default buckets (about 240 series per model and rank) with room to spare."""
+
+    max_models: Annotated[int, Field(ge=1, le=1000)] = 20
+    max_dp_ranks: Annotated[int, Field(ge=1, le=1024)] = 64
+    #: finished_reason, reason and source, each counted on its own.
+    max_label_values: Annotated[int, Field(ge=1, le=1000)] = 32
+    max_buckets: Annotated[int, Field(ge=2, le=1000)] = 100
+    max_series: Annotated[int, Field(ge=100, le=1_000_000)] = 20_000
+
+
+class EngineConfig(EngineLimits):
     name: Name
     url: HttpUrl
     type: EngineType | None = None
     bearer_token: SecretRef | None = None
     interval: Duration = 5.0
     timeout: Duration = 4.0
-    max_models: Annotated[int, Field(ge=1, le=1000)] = 20
 
 
 class ProbeTimeouts(StrictModel):

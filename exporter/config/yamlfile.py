@@ -194,6 +194,7 @@ def _describe(root: type[BaseModel], err: Mapping[str, Any], path: YamlPath) -> 
             "duplicate",
             "burst",
             "route_table",
+            "web",
         )
     )
     value = err.get("input")

@@ -73,12 +73,13 @@ class UsageError(Exception):
     """Bad input: one line, exit 2."""
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse prints the usage block before its error and leaves unknown flags to the
     top-level parser; here both are one ``error:`` line and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"error: diagnose: {message} (see --help)", file=sys.stderr)
+        command = self.prog.split()[-1]
+        print(f"error: {command}: {message} (see --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
     def parse_known_args(  # type: ignore[override]
@@ -90,7 +91,8 @@ class _OneLineParser(argparse.ArgumentParser):
         return parsed, extras
 
 
-def parse_at(text: str | None, now: dt.datetime | None = None) -> dt.datetime:
+def parse_at(text: str | None, now: dt.datetime | None = None,
+             flag: str = "--at") -> dt.datetime:
     """RFC 3339 (with its offset) or unix seconds; now when absent."""
     if text is None:
         return now or dt.datetime.now(dt.UTC)
@@ -101,10 +103,10 @@ def parse_at(text: str | None, now: dt.datetime | None = None) -> dt.datetime:
     try:
         at = dt.datetime.fromisoformat(text.strip().replace("z", "Z"))
     except ValueError:
-        raise UsageError(f"--at {text!r}: expected RFC 3339 (2026-11-30T21:40:00+08:00) "
+        raise UsageError(f"{flag} {text!r}: expected RFC 3339 (2026-11-30T21:40:00+08:00) "
                          "or unix seconds") from None
     if at.tzinfo is None:
-        raise UsageError(f"--at {text!r}: needs a UTC offset (Z or +08:00): whose 21:40?")
+        raise UsageError(f"{flag} {text!r}: needs a UTC offset (Z or +08:00): whose 21:40?")
     return at
 
 
@@ -203,7 +205,7 @@ def register(add: AddParser) -> None:
     p = add("diagnose", _cmd,
             "say where the latency comes from: network, engine, GPU or application, with "
             "the evidence, from a running exporter or from Prometheus", EXAMPLES)
-    p.__class__ = _OneLineParser
+    p.__class__ = OneLineParser
     src = p.add_argument_group("source (one of)")
     src.add_argument("--exporter", metavar="URL",
                      help=f"a running exporter's /api/v1/diagnosis (default {DEFAULT_EXPORTER})")

@@ -338,13 +338,21 @@ def failing_checks(w: Window) -> tuple[str, ...]:
 
 def observe(history: History, config: Config, now: float) -> Observations:
     """The window ending at ``now`` as the chain's input."""
-    at = dt.datetime.fromtimestamp(now, dt.UTC)
-    window = config.diagnosis.window
     w = history.window_at(now)
     if w is None:
-        return Observations(at=at, window=window, source="exporter")
-    facts = history_facts(history)
-    base = history.baseline
+        at = dt.datetime.fromtimestamp(now, dt.UTC)
+        return Observations(at=at, window=config.diagnosis.window, source="exporter")
+    return observe_window(w, config, now, history.baseline, history_facts(history))
+
+
+#: Facts of no history: what a window read on its own (a sparkline's step) is told.
+NO_FACTS = HistoryFacts({}, {})
+
+
+def observe_window(
+    w: Window, config: Config, now: float, base: Baseline, facts: HistoryFacts
+) -> Observations:
+    """Every layer's statistics over ``w`` (the diagnosis window, or one sparkline step)."""
     paths = []
     if config.paths is not None:
         for carrier, targets in config.paths.carriers.items():
@@ -353,8 +361,8 @@ def observe(history: History, config: Config, now: float) -> Observations:
                     path_window(carrier, t.name, t.region, t.protocol, config, w, base, facts)
                 )
     return Observations(
-        at=at,
-        window=window,
+        at=dt.datetime.fromtimestamp(now, dt.UTC),
+        window=config.diagnosis.window,
         source="exporter",
         probes=tuple(probe_window(p, config, w, base) for p in config.probes),
         paths=tuple(paths),

@@ -1,6 +1,7 @@
-"""The smallest client of the Prometheus HTTP API the diagnosis needs: instant queries at a
-given time. Only ``/api/v1/query`` is used, which Prometheus, Thanos Query, Mimir and
-VictoriaMetrics all serve the same way, so one client reads any of them.
+"""The smallest client of the Prometheus HTTP API the diagnosis and the report need: instant
+queries at a given time (vectors, or the raw samples of a range selector) and range queries.
+Only ``/api/v1/query`` and ``/api/v1/query_range`` are used, which Prometheus, Thanos Query,
+Mimir and VictoriaMetrics all serve the same way, so one client reads any of them.
 
 Every way a query can fail (unreachable, a non-200, a body that is not the API's JSON, an
 ``error`` status) raises :class:`PrometheusError` with one line a person can act on; the
@@ -40,6 +41,14 @@ class Sample:
     value: float | None
 
 
+@dataclass(frozen=True)
+class Series:
+    """One series of a range vector: its samples as (unix time, value), None as in Sample."""
+
+    labels: Mapping[str, str]
+    samples: tuple[tuple[float, float | None], ...]
+
+
 def _finite(text: str) -> float | None:
     value = float(text)
     return value if math.isfinite(value) else None
@@ -56,11 +65,37 @@ class PromClient:
         self.headers = dict(headers or {})
 
     def query(self, expr: str, at: float) -> list[Sample]:
+        data = self._data("query", {"query": expr, "time": f"{at:.3f}"})
+        kind, result = data.get("resultType"), data.get("result")
+        if kind == "scalar" and isinstance(result, list):
+            return [Sample({}, _finite(str(result[1])))]
+        if kind != "vector" or not isinstance(result, list):
+            raise PrometheusError(f"{self.base}: expected an instant vector, got {kind}")
+        return [Sample(dict(item.get("metric", {})), _finite(str(item["value"][1])))
+                for item in result]
+
+    def query_series(self, expr: str, at: float) -> list[Series]:
+        """A range selector (``x[1h]``) at ``at``: every raw sample of each series."""
+        return self._matrix(self._data("query", {"query": expr, "time": f"{at:.3f}"}))
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
+        return self._matrix(self._data("query_range", {
+            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}))
+
+    def _matrix(self, data: Mapping[str, Any]) -> list[Series]:
+        kind, result = data.get("resultType"), data.get("result")
+        if kind != "matrix" or not isinstance(result, list):
+            raise PrometheusError(f"{self.base}: expected a range vector, got {kind}")
+        return [Series(dict(item.get("metric", {})),
+                       tuple((float(t), _finite(str(v))) for t, v in item["values"]))
+                for item in result]
+
+    def _data(self, endpoint: str, params: Mapping[str, str]) -> Mapping[str, Any]:
         # POST, not GET: the longest expressions (subqueries with gates) would otherwise
         # meet the URL length limits of proxies in front of Mimir or Thanos.
-        body = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"}).encode()
         req = urllib.request.Request(
-            f"{self.base}/api/v1/query", data=body, method="POST",
+            f"{self.base}/api/v1/{endpoint}", data=urllib.parse.urlencode(params).encode(),
+            method="POST",
             headers={"Content-Type": "application/x-www-form-urlencoded",
                      "Accept": "application/json", **self.headers},
         )
@@ -72,13 +107,7 @@ class PromClient:
         data = doc.get("data")
         if not isinstance(data, dict):
             raise PrometheusError(f"{self.base}: the query answer has no data")
-        kind, result = data.get("resultType"), data.get("result")
-        if kind == "scalar" and isinstance(result, list):
-            return [Sample({}, _finite(str(result[1])))]
-        if kind != "vector" or not isinstance(result, list):
-            raise PrometheusError(f"{self.base}: expected an instant vector, got {kind}")
-        return [Sample(dict(item.get("metric", {})), _finite(str(item["value"][1])))
-                for item in result]
+        return data
 
 
 def fetch_json(req: urllib.request.Request, where: str, timeout: float,

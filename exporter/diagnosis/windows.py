@@ -75,26 +75,22 @@ WINDOW_FAMILIES: tuple[metrics.Family, ...] = (
     metrics.GPU_XID_ERRORS,
     metrics.GPU_DRAM_BANDWIDTH_UTILIZATION,
 )
-#: What baselines (off-peak statistics) and history-long maxima read: kept once a minute
-#: for ``diagnosis.history``. Histograms other than the probes' TTFT/TPOT keep only what
-#: a mean needs.
+#: What baselines (off-peak statistics), history-long maxima and the `/` page's last-hour
+#: sparklines (``trends.py``) read: kept once a minute for ``diagnosis.history``. Histograms
+#: other than the probes' TTFT/TPOT keep only what a mean needs.
 COARSE_FAMILIES: tuple[metrics.Family, ...] = (
-    metrics.PROBE_REQUESTS,
-    metrics.PROBE_TTFT,
-    metrics.PROBE_TPOT,
-    metrics.PROBE_PROMPT_TOKENS,
-    metrics.ENGINE_REQUESTS_RUNNING,
-    metrics.ENGINE_PROMPT_TOKENS,
-    metrics.ENGINE_REQUESTS_FINISHED,
-    metrics.ENGINE_E2E,
-    metrics.ENGINE_REQUESTS_SUCCEEDED,
-    metrics.PATH_PACKETS_SENT,
-    metrics.PATH_PACKETS_RECEIVED,
-    metrics.PATH_RTT,
-    metrics.PATH_ROUTE_INFO,
+    metrics.PROBE_REQUESTS, metrics.PROBE_TTFT, metrics.PROBE_TPOT, metrics.PROBE_PROMPT_TOKENS,
+    metrics.ENGINE_REQUESTS_RUNNING, metrics.ENGINE_REQUESTS_WAITING,
+    metrics.ENGINE_KV_CACHE_USAGE, metrics.ENGINE_PROMPT_TOKENS, metrics.ENGINE_REQUESTS_FINISHED,
+    metrics.ENGINE_E2E, metrics.ENGINE_REQUESTS_SUCCEEDED, metrics.ENGINE_QUEUE_TIME,
+    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME, metrics.ENGINE_QUEUE_DURATION,
+    metrics.PATH_PACKETS_SENT, metrics.PATH_PACKETS_RECEIVED, metrics.PATH_RTT,
+    metrics.PATH_JITTER, metrics.PATH_ROUTE_INFO,
+    metrics.GPU_UTILIZATION, metrics.GPU_DRAM_BANDWIDTH_UTILIZATION, metrics.GPU_CLOCK_EVENT,
 )
 #: Histograms whose coarse snapshots keep ``_sum`` and ``_count`` but no buckets.
-_COARSE_MEAN_ONLY = (metrics.ENGINE_E2E, metrics.PATH_RTT)
+_COARSE_MEAN_ONLY = (metrics.ENGINE_E2E, metrics.PATH_RTT, metrics.ENGINE_QUEUE_TIME,
+                     metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME)
 
 #: One coarse snapshot per this many seconds (or per interval, if that is longer).
 COARSE_STEP = 60.0

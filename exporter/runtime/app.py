@@ -16,7 +16,7 @@ import platform
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 from prometheus_client import (
@@ -33,9 +33,14 @@ from exporter import __version__, metrics
 from exporter.checks import Check, build_checks
 from exporter.config.load import load_config
 from exporter.config.models import Config
+from exporter.config.web import Web, load_web_config
 from exporter.config.yamlfile import ConfigError
+from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
+from exporter.diagnosis.trends import Point
+from exporter.runtime.auth import Guard
 from exporter.runtime.evaluator import Evaluate, Evaluator, chain_evaluator
+from exporter.runtime.listener import Gate, GatedSite, Limits, connection_cap, make_runner
 from exporter.runtime.logs import setup_logging
 from exporter.runtime.peak import PeakWindowCollector
 from exporter.runtime.scheduler import CheckState, Scheduler
@@ -84,12 +89,20 @@ class App:
         clock: Callable[[], float] = time.time,
         adjust: Callable[[Config], Config] = lambda config: config,
         evaluate: Evaluate | None = None,
+        web_config: str | None = None,
     ) -> None:
         """``evaluate`` replaces the decision chain (tests); by default each config's
-        thresholds drive the real one (``evaluator.chain_evaluator``)."""
+        thresholds drive the real one (``evaluator.chain_evaluator``). ``web_config`` is the
+        exporter-toolkit web config file (TLS, basic auth), re-read with the config."""
         self.config_path = config_path
         self._adjust = adjust
         self.gen = build_generation(config)
+        self._web_path = web_config
+        self.web: Web | None = load_web_config(web_config) if web_config else None
+        self._max_connections = connection_cap(
+            config.server.max_connections, len(self.gen.scheduler.checks))
+        self._gate: Gate | None = None
+        self._guard = Guard(lambda: self.web)
         self.registry = CollectorRegistry(auto_describe=False)
         # process_* (CPU, RSS, open fds) and python_* as every exporter serves them.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
@@ -126,8 +139,20 @@ class App:
         return self.gen.scheduler.state.get(name)
 
     @property
+    def config(self) -> Config:
+        return self.gen.config
+
+    @property
     def diagnosis(self) -> Diagnosis | None:
         return self.evaluator.last
+
+    @property
+    def observations(self) -> Observations | None:
+        return self.evaluator.observations
+
+    @property
+    def trend(self) -> tuple[Point, ...]:
+        return self.evaluator.trend
 
     @property
     def ready(self) -> bool:
@@ -137,10 +162,23 @@ class App:
     async def start(self) -> None:
         """Bind the listener and start the checks (raises OSError if the port is taken)."""
         server = self.gen.config.server
-        self._runner = web.AppRunner(make_web_app(self), handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, server.host or None, server.port, reuse_address=True)
-        await site.start()
+        web_app = make_web_app(self)
+        runner = self._runner = make_runner(web_app)
+
+        def handler() -> web.RequestHandler:
+            assert runner.server is not None
+            return runner.server()
+
+        self._gate = Gate(
+            self.registry,
+            Limits(self._max_connections, server.header_timeout, server.idle_timeout),
+            handler,
+            lambda: self.web.tls if self.web else None,
+        )
+        web_app.middlewares.append(self._gate.middleware)  # outermost: it sees every request
+        self._guard.install(web_app)
+        await runner.setup()
+        await GatedSite(runner, server.host or None, server.port, self._gate).start()
         # Move what startup loaded (pydantic, aiohttp, the config) out of the collector's
         # view: a full collection scanning it stalls the loop ~15 ms, inside a probe's timing.
         gc.freeze()
@@ -151,6 +189,9 @@ class App:
             extra={
                 "version": __version__,
                 "listen": server.listen_address,
+                "scheme": self.web.scheme if self.web else "http",
+                "basic_auth": bool(self.web and self.web.config.basic_auth_users),
+                "max_connections": self._max_connections,
                 "checks": len(self.checks),
                 "config": self.config_path,
             },
@@ -173,6 +214,7 @@ class App:
         if self._runner is not None:
             await asyncio.wait_for(self._runner.cleanup(), timeout=2)
             self._runner = None
+        self._guard.close()
 
     async def reload(self) -> bool:
         """Re-read the config file; keep the old generation if the new one is invalid."""
@@ -183,6 +225,8 @@ class App:
                 loaded = await asyncio.to_thread(load_config, self.config_path)
                 config = self._adjust(loaded)
                 new = build_generation(config)
+                web_config = (await asyncio.to_thread(load_web_config, self._web_path)
+                              if self._web_path else None)
             except ConfigError as exc:
                 for message in exc.messages:
                     log.error(
@@ -193,11 +237,17 @@ class App:
                 self._last_reload_ok.set(0)
                 return False
             old = self.gen
-            if config.server.listen_address != old.config.server.listen_address:
-                log.warning(
-                    "server.listen_address changed; it takes effect on restart",
-                    extra={"running": old.config.server.listen_address},
-                )
+            for key in ("listen_address", "max_connections"):
+                if getattr(config.server, key) != getattr(old.config.server, key):
+                    log.warning(
+                        f"server.{key} changed; it takes effect on restart",
+                        extra={"running": getattr(old.config.server, key)},
+                    )
+            self.web = web_config
+            if self._gate is not None:
+                self._gate.limits = replace(
+                    self._gate.limits, header_timeout=config.server.header_timeout,
+                    idle_timeout=config.server.idle_timeout)
             setup_logging(config.server.log_format, config.server.log_level)
             await old.scheduler.stop()
             self.gen = new

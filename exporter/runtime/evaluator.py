@@ -1,5 +1,7 @@
 """The embedded diagnosis: every ``diagnosis.interval``, snapshot the registry, evaluate the
-decision chain over the windows, keep the last ``Diagnosis`` and export it.
+decision chain over the windows, keep the last ``Diagnosis`` and export it. What the chain
+read (the ``Observations``) and the last hour of points (``trends.py``) are kept beside it
+for the ``/`` page.
 
 The whole evaluation (collecting the samples, the window math, the chain) runs on a worker
 thread, so neither /metrics nor a check waits on it: collecting is safe there because
@@ -33,6 +35,7 @@ from exporter.diagnosis.embedded import observe
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.thresholds import resolve
+from exporter.diagnosis.trends import Point, Trends
 from exporter.diagnosis.windows import History, raw_samples
 
 log = logging.getLogger("exporter.diagnosis")
@@ -79,6 +82,10 @@ class Evaluator:
         self._evaluate: tuple[Config, Evaluate] | None = None
         self.history = History.from_config(config().diagnosis)
         self.last: Diagnosis | None = None
+        #: What the last evaluation read, and the last hour of it, for the `/` page.
+        self.observations: Observations | None = None
+        self.trend: tuple[Point, ...] = ()
+        self._trends = Trends()
         self._failing: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._verdict = metrics.DIAGNOSIS_VERDICT.gauge(registry)
@@ -113,12 +120,14 @@ class Evaluator:
             if not self.history.same_shape(config.diagnosis):
                 log.info("diagnosis windows changed; the history starts again")
                 self.history = History.from_config(config.diagnosis)
+                self._trends = Trends()
             evaluate = self._evaluator(config)
             now = self._clock()
-            diagnosis = await asyncio.to_thread(
-                self._step, self.history, config, evaluate, now
+            diagnosis, obs, trend = await asyncio.to_thread(
+                self._step, self.history, self._trends, config, evaluate, now
             )
             self._publish(diagnosis)
+            self.observations, self.trend = obs, trend
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -138,11 +147,12 @@ class Evaluator:
             self._evaluate = (config, self._evaluate_for(config))
         return self._evaluate[1]
 
-    def _step(self, history: History, config: Config, evaluate: Evaluate, now: float) -> (
-        Diagnosis
-    ):
+    def _step(
+        self, history: History, trends: Trends, config: Config, evaluate: Evaluate, now: float
+    ) -> tuple[Diagnosis, Observations, tuple[Point, ...]]:
         history.record(raw_samples(self._collect()), now)
-        return evaluate(observe(history, config, now))
+        obs = observe(history, config, now)
+        return evaluate(obs), obs, trends.points(history, config, now)
 
     def _publish(self, diagnosis: Diagnosis) -> None:
         self.last = diagnosis

@@ -59,3 +59,28 @@ def setup_logging(fmt: str = "logfmt", level: str = "info") -> None:
     root.setLevel(level.upper())
     # aiohttp's access log is one line per scrape: noise, not state changes.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+class Throttle:
+    """At most ``burst`` lines per ``per`` seconds for one kind of event (anyone on the
+    network can cause as many bad requests as they like); the next line allowed says how
+    many were left out."""
+
+    def __init__(self, burst: int = 5, per: float = 60.0) -> None:
+        self.burst, self.per = burst, per
+        self._window = -per
+        self._lines = 0
+        self._dropped = 0
+
+    def allow(self) -> dict[str, int] | None:
+        """None to drop this line, else the ``extra`` fields to log it with."""
+        now = time.monotonic()
+        if now - self._window >= self.per:
+            self._window, self._lines = now, 0
+        if self._lines >= self.burst:
+            self._dropped += 1
+            return None
+        self._lines += 1
+        extra = {"suppressed": self._dropped} if self._dropped else {}
+        self._dropped = 0
+        return extra

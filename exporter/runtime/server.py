@@ -1,9 +1,12 @@
 """HTTP endpoints on the exporter's event loop: /metrics, /-/healthy, /-/ready,
-/api/v1/diagnosis (the last embedded diagnosis as JSON), and / (verdict and checks)."""
+/api/v1/diagnosis (the last embedded diagnosis as JSON), / (the live page: verdict, tiles,
+checks) and /live (the part of it the page's script refreshes)."""
 
 from __future__ import annotations
 
-import html
+import asyncio
+import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -13,7 +16,10 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
 from exporter.checks.base import Check
+from exporter.config.models import Config
+from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import SCHEMA_ID, Diagnosis
+from exporter.diagnosis.trends import Point
 from exporter.runtime import page
 from exporter.runtime.scheduler import CheckState
 
@@ -32,7 +38,16 @@ class Served(Protocol):
     def ready(self) -> bool: ...
 
     @property
+    def config(self) -> Config: ...
+
+    @property
     def diagnosis(self) -> Diagnosis | None: ...
+
+    @property
+    def observations(self) -> Observations | None: ...
+
+    @property
+    def trend(self) -> Sequence[Point]: ...
 
     def check_state(self, name: str) -> CheckState | None: ...
 
@@ -71,48 +86,39 @@ async def handle_diagnosis(request: web.Request) -> web.Response:
     return web.json_response(diagnosis.to_json())
 
 
-async def handle_index(request: web.Request) -> web.Response:
-    app = request.app[APP_KEY]
-    rows = []
-    for check in app.checks:
-        st = app.check_state(check.name)
-        outcome = st.last_outcome if st else ""
-        rows.append(
-            "<tr>"
-            + "".join(
-                f"<td>{html.escape(str(v))}</td>"
-                for v in (
-                    check.name,
-                    f"{check.interval:g}s",
-                    check.describe(),
-                    outcome or "pending",
-                    f"{st.last_duration * 1000:.1f} ms" if st and st.runs else "",
-                    st.last_error if st else "",
-                )
-            )
-            + "</tr>"
-        )
-    table = (
-        "<table><tr><th>check</th><th>interval</th><th>target</th><th>last outcome</th>"
-        "<th>duration</th><th>last error</th></tr>" + "".join(rows) + "</table>"
-        if rows
-        else "<p>No checks are configured.</p>"
-    )
+def _view(app: Served) -> page.View:
+    """What a render reads, taken on the loop; the states are copies, because the render runs
+    on a worker thread while the scheduler updates them."""
     diagnosis = app.diagnosis
-    text = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>llm-latency-exporter</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .8em;text-align:left}}
-tr:nth-child(even){{background:#f4f4f4}}{page.STYLE}</style></head>
-<body><h1>llm-latency-exporter {html.escape(__version__)}</h1>
-{page.section(diagnosis.to_json() if diagnosis is not None else None)}
-<ul><li><a href="metrics">/metrics</a> Prometheus metrics</li>
-<li><a href="-/healthy">/-/healthy</a> liveness</li>
-<li><a href="-/ready">/-/ready</a> readiness (after the first run of every check)</li>
-<li><a href="api/v1/diagnosis">/api/v1/diagnosis</a> the last diagnosis (JSON)</li></ul>
-<h2>Checks</h2>{table}
-<p>Config: {html.escape(app.config_path)} (reload with SIGHUP)</p>
-</body></html>"""
-    return web.Response(text=text, content_type="text/html")
+    states = [(c, app.check_state(c.name)) for c in app.checks]
+    return page.View(
+        version=__version__,
+        config_path=app.config_path,
+        config=app.config,
+        checks=[(c, dataclasses.replace(st) if st is not None else None) for c, st in states],
+        diagnosis=diagnosis.to_json() if diagnosis is not None else None,
+        observations=app.observations,
+        trend=app.trend,
+        now=time.time(),
+    )
+
+
+def _html(request: web.Request, text: str) -> web.Response:
+    # A fleet's page is a few hundred KiB of text, refreshed every few seconds: compress it.
+    resp = web.Response(text=text, content_type="text/html", headers={"Cache-Control": "no-store"})
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        resp.enable_compression()
+    return resp
+
+
+# A fleet's page takes ~16 ms of pure Python (docs/benchmarks.md): on a worker thread, so the
+# loop (and a probe's timing on it) waits at most one GIL switch interval at a time.
+async def handle_index(request: web.Request) -> web.Response:
+    return _html(request, await asyncio.to_thread(page.document, _view(request.app[APP_KEY])))
+
+
+async def handle_live(request: web.Request) -> web.Response:
+    return _html(request, await asyncio.to_thread(page.live, _view(request.app[APP_KEY])))
 
 
 def make_web_app(app: Served) -> web.Application:
@@ -123,4 +129,5 @@ def make_web_app(app: Served) -> web.Application:
     web_app.router.add_get("/-/ready", handle_ready)
     web_app.router.add_get("/api/v1/diagnosis", handle_diagnosis)
     web_app.router.add_get("/", handle_index)
+    web_app.router.add_get("/" + page.LIVE_PATH, handle_live)
     return web_app

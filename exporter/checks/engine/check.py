@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,7 +31,15 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import __version__, metrics, redact
 from exporter.checks.base import Check
-from exporter.checks.engine.parse import HistogramValue, ParseError, Snapshot, detect, parse
+from exporter.checks.engine.parse import (
+    HistogramValue,
+    ParseError,
+    ParseTimeout,
+    Snapshot,
+    detect,
+    has_names,
+    parse,
+)
 from exporter.checks.engine.table import SOURCES
 from exporter.config.models import Config, EngineConfig
 from exporter.metrics import Kind
@@ -190,7 +198,9 @@ class EngineCheck(Check):
         self._shared = shared
         self._url = config.url
         self._detected: str | None = None
-        self._admitted: tuple[str, ...] = ()
+        self._kept: Mapping[str, tuple[str, ...]] = {}
+        #: Drop reasons of the last scrape, so a cap being hit is logged once, not per scrape.
+        self._dropping: frozenset[str] = frozenset()
         self._version: str | None = None
         self._version_family = ""
         self._session: aiohttp.ClientSession | None = None
@@ -200,7 +210,8 @@ class EngineCheck(Check):
         self._headers = headers
         for reason in metrics.ENGINE_SCRAPE_ERROR_REASONS:
             shared.errors.labels(self.target, reason)
-        shared.dropped.labels(self.target)
+        for reason in metrics.ENGINE_DROP_REASONS:
+            shared.dropped.labels(self.target, reason)
 
     def describe(self) -> str:
         family = self.config.type or self._detected or "auto-detect"
@@ -239,8 +250,11 @@ class EngineCheck(Check):
             body, content_type, kind = await self._try_trtllm_prometheus(deadline, body)
         if kind is not None:
             raise ScrapeError("not_prometheus", f"got {kind}, not the Prometheus text format")
-        # Parsing a large body takes tens of milliseconds: keep it off the event loop.
-        snapshot = await asyncio.to_thread(self._parse, body)
+        # Parsing takes ~20 ms per MB (a 16 MB label bomb, most of a second): keep it off
+        # the event loop, which then shares the interpreter with it at the GIL's switch
+        # interval (5 ms) instead of stopping for it. The parse stops at the deadline, so a
+        # thread is never left working for a scrape that has already timed out.
+        snapshot = await asyncio.to_thread(self._parse, body, deadline)
         if snapshot.engine != (self.config.type or self._detected):
             log.info(
                 "engine family detected",
@@ -271,20 +285,29 @@ class EngineCheck(Check):
             self._url = alt
         return body, content_type, kind
 
-    def _parse(self, body: bytes) -> Snapshot:
+    def _parse(self, body: bytes, deadline: float | None = None) -> Snapshot:
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ScrapeError("malformed", f"body is not UTF-8 at byte {exc.start}") from None
-        family = self.config.type or self._detected
-        cap, keep = self.config.max_models, self._admitted
+        # Label values reach /metrics: a server echoing a configured token into one (or
+        # anywhere in the body) must not publish it.
+        text = redact.secrets(text)
+        configured = self.config.type
+        if configured is not None and not has_names(text, configured):
+            # A 200 with "Service Unavailable" (or another engine's names) is not an engine
+            # of this type answering: down, not an empty success.
+            raise ScrapeError("unrecognized", f"no {configured} metric names in the body")
+        family = configured or self._detected
+        limits, keep = self.config, self._kept
         try:
             snapshot = None
             if family is not None:
-                snapshot = parse(text, family, cap, keep)
-                # A configured type is trusted even when nothing matched (an engine that
-                # has loaded no model yet); a detected one is re-checked.
-                if snapshot.matched or self.config.type is not None:
+                snapshot = parse(text, family, limits, keep, deadline)
+                # A configured type whose names are there is trusted even when nothing
+                # mapped matched (an engine that has loaded no model yet); a detected one
+                # is re-checked.
+                if snapshot.matched or configured is not None:
                     return snapshot
             found = detect(text)
             if found is None:
@@ -293,9 +316,15 @@ class EngineCheck(Check):
                 )
             if found == family and snapshot is not None:
                 return snapshot
-            return parse(text, found, cap)
+            return parse(text, found, limits, deadline=deadline)
         except ParseError as exc:
             raise ScrapeError("malformed", str(exc)) from None
+        except ParseTimeout:
+            raise ScrapeError(
+                "timeout",
+                f"no complete scrape within {self.config.timeout:g}s "
+                f"(parsing a {len(body)} byte body)",
+            ) from None
 
     async def _fetch(self, url: str, deadline: float, limit: int) -> tuple[bytes, str]:
         remaining = deadline - time.monotonic()
@@ -356,9 +385,18 @@ class EngineCheck(Check):
         shared.collector.set(self.target, view)
         shared.up.labels(self.target).set(1)
         shared.duration.labels(self.target).set(elapsed)
-        if view.snapshot.dropped:
-            shared.dropped.labels(self.target).inc(view.snapshot.dropped)
-        self._admitted = view.snapshot.models
+        dropped = view.snapshot.dropped
+        for reason, count in dropped.items():
+            shared.dropped.labels(self.target, reason).inc(count)
+        reasons = frozenset(r for r, n in dropped.items() if n)
+        if reasons - self._dropping:
+            log.warning(
+                "engine series dropped by a cap",
+                extra={"check": self.name, "reasons": ",".join(sorted(reasons)),
+                       "dropped": sum(dropped.values())},
+            )
+        self._dropping = reasons
+        self._kept = view.snapshot.kept
 
     def _down(self, reason: str, elapsed: float) -> None:
         shared = self._shared

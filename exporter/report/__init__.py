@@ -1,0 +1,2 @@
+"""``llm-latency-exporter report``: the acceptance report (HTML, Markdown, JSON) of a period,
+read from Prometheus."""

@@ -1,0 +1,111 @@
+"""The README's demo, as `make run` starts it: the simulator (``--format vllm``, its default
+speed) and the exporter with deploy/demo.yaml. Injecting the README's fault shows the right
+verdict on ``/`` within two minutes. (Clearing it brings "healthy" back only once the slow
+requests have left the diagnosis window, 10 minutes by default, so that is not waited for.)
+
+Only the ports differ from `make run` (free ones instead of 8800 and 9400), so the test can
+run beside a developer's own demo.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT
+from tests.support.browser import browser_session, require_browser
+from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.simulator import StartSimulator
+
+DEMO = ROOT / "deploy" / "demo.yaml"
+MAKEFILE = ROOT / "Makefile"
+#: What the README promises: the verdict on / within two minutes of the fault.
+WITHIN_S = 120.0
+
+
+def readme_fault() -> dict[str, float]:
+    """The fault the README's diagnosis example injects, read from the README itself."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"admin/faults -d '(\{\"slow_first_token\": [0-9.]+\})'", readme)
+    assert m, "README.md no longer shows the slow_first_token demo fault"
+    fault: dict[str, float] = json.loads(m.group(1))
+    return fault
+
+
+def demo_config(tmp_path: Path, sim_port: int, port: int) -> Path:
+    text = DEMO.read_text(encoding="utf-8")
+    assert "127.0.0.1:8800" in text and "127.0.0.1:9400" in text, "demo.yaml's ports moved"
+    text = (text.replace("127.0.0.1:8800", f"127.0.0.1:{sim_port}")
+                .replace("port: 8800", f"port: {sim_port}")
+                .replace("127.0.0.1:9400", f"127.0.0.1:{port}"))
+    path = tmp_path / "demo.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def diagnosis(base: str) -> dict[str, object]:
+    status, body = http_get(f"{base}/api/v1/diagnosis", timeout=5)
+    assert status == 200, body
+    doc: dict[str, object] = json.loads(body)
+    return doc
+
+
+def primary(doc: dict[str, object]) -> tuple[str, str] | None:
+    verdicts = doc.get("verdicts") or []
+    assert isinstance(verdicts, list)
+    if not verdicts:
+        return None
+    return str(verdicts[0]["layer"]), str(verdicts[0]["cause"])
+
+
+@pytest.mark.timeout(300)
+def test_demo_page_shows_tiles_then_the_fault_verdict_without_a_reload(
+        simulator: StartSimulator, tmp_path: Path) -> None:
+    require_browser()
+    assert "--format vllm" in MAKEFILE.read_text(), "make run's simulator flags moved"
+    sim = simulator(fmt="vllm")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = Proc(exporter_cmd("run", "--config", str(demo_config(tmp_path, sim.port, port))))
+    started = time.monotonic()
+    try:
+        wait_until(lambda: http_get(f"{base}/-/ready", timeout=2)[0] == 200, timeout=30,
+                   what="the demo exporter ready")
+        with browser_session() as browser, browser.open(f"{base}/") as tab:
+            page = tab.page
+            # Verdict block, a tile per layer and their sparklines, within a minute.
+            page.wait_for_function(
+                "document.querySelector('#diagnosis') && "
+                "document.querySelectorAll('.tile').length >= 4 && "
+                "document.querySelectorAll('svg.spark path.line, svg.spark path.dot').length"
+                " >= 10", timeout=max(1.0, 60 - (time.monotonic() - started)) * 1000)
+            kinds = set(page.eval_on_selector_all(".tile", "els => els.map(e => e.dataset.kind)"))
+            assert {"probe", "path", "engine"} <= kinds, kinds
+            wait_until(lambda: diagnosis(base).get("status") == "healthy", timeout=90,
+                       what="the demo healthy before the fault")
+            page.wait_for_function(
+                "document.querySelector('#diagnosis h2').textContent === 'Diagnosis: healthy'",
+                timeout=30_000)
+            page.evaluate("window.notReloaded = true")
+            sim.faults(**readme_fault())
+            injected = time.monotonic()
+            page.wait_for_selector("#verdict", timeout=WITHIN_S * 1000)
+            took = time.monotonic() - injected
+            assert page.evaluate("window.notReloaded") is True, "the page reloaded itself"
+            shown = page.text_content("#verdict") or ""
+            doc = diagnosis(base)
+            ttft = page.text_content(".tile[data-name=chat] [data-metric=ttft_p95]") or ""
+            tab.screenshot("demo-fault")
+            assert not tab.problems, tab.problems
+    finally:
+        proc.stop()
+    print(f"verdict on the page {took:.0f} s after the fault: {shown}")
+    # A slow first token with an idle engine: the engine's prefill, seen by the probe.
+    assert primary(doc) == ("engine", "slow_prefill"), doc
+    assert shown.startswith("engine / slow_prefill: "), shown
+    # The probe's TTFT tile changed with it: over the demo's 1 s SLO.
+    assert ttft.endswith(" s") or float(ttft.split()[0]) >= 1000, ttft

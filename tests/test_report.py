@@ -1,0 +1,371 @@
+"""``llm-latency-exporter report`` against a real Prometheus that scraped the exporter, the
+engine simulator and a TCP path for about a minute and a half.
+
+The config's peak window opens at the first whole minute at least LEAD seconds after the
+start (windows are local times of day, minutes apart), and the simulator's first tokens are
+slowed from then on: the period is daytime and healthy, then peak and slow. The report's
+daytime and peak tables must equal PromQL written here, its HTML must open in headless
+Chromium with every plot drawn and every number equal to report.json's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from exporter.report.model import Report
+from exporter.report.routes import timeline
+from tests.support.browser import browser_session
+from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.prometheus import api, scrape_config, start_prometheus
+from tests.support.simulator import running_simulator
+
+#: Seconds of daytime at least before the peak window opens, and of peak after.
+LEAD = 15.0
+PEAK = 30.0
+SLOW_FIRST_TOKEN = 0.8
+
+# The lab's setup (up to LEAD + 60 + PEAK seconds, then the report) runs in the first test.
+pytestmark = pytest.mark.timeout(300)
+
+CONFIG = """
+server: {{listen_address: "127.0.0.1:{exporter}", log_level: warning}}
+peak_windows: {{timezone: UTC, windows: {{evening: {{start: "{start}", end: "{end}"}}}}}}
+slo: {{ttft_p95_seconds: 0.5, tpot_p95_seconds: 0.05}}
+diagnosis: {{window: 20s, interval: 2s}}
+engines:
+  - {{name: sim, url: "http://127.0.0.1:{sim}/metrics", type: vllm, interval: 1s, timeout: 900ms}}
+probes:
+  - {{name: chat, url: "http://127.0.0.1:{sim}/v1/chat/completions", model: simulated-model,
+     interval: 1s, max_tokens: 16, min_spacing: 100ms, carrier: lab, engine: sim}}
+  - {{name: long, url: "http://127.0.0.1:{sim}/v1/chat/completions", model: simulated-model,
+     interval: 2s, max_tokens: 8, profile: long_context, prompt_tokens: 3000,
+     min_spacing: 100ms, carrier: lab, engine: sim}}
+paths:
+  interval: 2s
+  burst: 5
+  spacing: 100ms
+  timeout: 500ms
+  route_interval: 5s
+  carriers:
+    lab: [{{name: lo, host: 127.0.0.1, region: local, protocol: tcp, port: {sim}}}]
+"""
+
+
+def sleep_until(moment: float) -> None:
+    while (left := moment - time.time()) > 0:
+        time.sleep(min(left, 1.0))
+
+
+def hhmm(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%H:%M")
+
+
+def run_report(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(exporter_cmd("report", *args), capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("report")
+    start = round(time.time(), 3)  # as --from passes it
+    peak_at = (math.floor((start + LEAD) / 60) + 1) * 60.0
+    exporter_port = free_port()
+    procs: list[Proc] = []
+    with running_simulator(fmt="vllm", seed=3, fast=True) as sim:
+        try:
+            config = tmp / "config.yaml"
+            config.write_text(CONFIG.format(exporter=exporter_port, sim=sim.port,
+                                            start=hhmm(peak_at), end=hhmm(peak_at + 600)))
+            # The same stack with the window twelve hours away: every minute is daytime.
+            flat = tmp / "daytime.yaml"
+            flat.write_text(CONFIG.format(exporter=exporter_port, sim=sim.port,
+                                          start=hhmm(peak_at + 43200),
+                                          end=hhmm(peak_at + 43800)))
+            procs.append(Proc(exporter_cmd("run", "--config", str(config))))
+            exporter = f"http://127.0.0.1:{exporter_port}"
+            wait_until(lambda: http_get(f"{exporter}/metrics")[0] == 200, timeout=20,
+                       what="exporter")
+            prom = start_prometheus(tmp, scrape_config(exporter_port))
+            procs.append(prom.proc)
+            bench = tmp / "bench.json"
+            done = subprocess.run(exporter_cmd(
+                "bench", "--url", sim.url, "--model", "simulated-model", "--requests", "12",
+                "--concurrency", "2", "--max-tokens", "16", "--json", str(bench)),
+                capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            sleep_until(peak_at)
+            sim.faults(slow_first_token=SLOW_FIRST_TOKEN)
+            sleep_until(peak_at + PEAK)
+            end = round(time.time(), 3)
+            time.sleep(2)  # Prometheus has scraped up to the end
+            out = tmp / "out"
+            done = run_report("--prometheus", prom.url, "--config", str(config),
+                              "--from", f"{start:.3f}", "--to", f"{end:.3f}",
+                              "--bench", str(bench), "--out", str(out))
+            assert done.returncode == 0, done.stderr
+            yield {"prom": prom.url, "start": start, "peak_at": peak_at, "end": end,
+                   "out": out, "config": config, "flat": flat, "bench": bench,
+                   "doc": json.loads((out / "report.json").read_text()), "tmp": tmp,
+                   "stdout": done.stdout}
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+                proc.stderr_path.unlink(missing_ok=True)
+
+
+def scalar(prom: str, expr: str, at: float) -> float | None:
+    result = api(prom, "query", query=expr, time=f"{at:.3f}")["result"]
+    assert len(result) <= 1, result
+    if not result:
+        return None
+    value = float(result[0]["value"][1])
+    return value if math.isfinite(value) else None
+
+
+def near(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_writes_three_files_and_the_json_follows_its_schema(lab: dict[str, Any]) -> None:
+    out: Path = lab["out"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
+    assert "wrote" in lab["stdout"]
+    doc = lab["doc"]
+    jsonschema.validate(doc, Report.model_json_schema())
+    report = Report.model_validate(doc)
+    assert report.classes == ["daytime", "evening"]
+    assert [s.cls for s in report.spans] == ["daytime", "evening"]
+    assert report.spans[1].start.timestamp() == lab["peak_at"]
+    assert report.class_seconds["evening"] == pytest.approx(lab["end"] - lab["peak_at"])
+    md = (out / "report.md").read_text()
+    assert "## Per carrier: daytime and peak" in md and "| TTFT | p95 |" in md
+
+
+def test_daytime_and_peak_tables_match_promql(lab: dict[str, Any]) -> None:
+    prom, start, peak_at, end = lab["prom"], lab["start"], lab["peak_at"], lab["end"]
+    day = f"[{round((peak_at - start) * 1000)}ms] @ {peak_at:.3f}"
+    peak = f"[{round((end - peak_at) * 1000)}ms] @ {end:.3f}"
+    (carrier,) = lab["doc"]["carriers"]
+    assert (carrier["vantage"], carrier["carrier"]) == ("", "lab")
+    m = {x["metric"]: x for x in carrier["metrics"]}
+    hist = {
+        "ttft": 'llm_probe_time_to_first_token_seconds_bucket{carrier="lab",profile!="long_context"}',
+        "tpot": 'llm_probe_time_per_output_token_seconds_bucket{carrier="lab",profile!="long_context"}',
+        "rtt": 'llm_path_rtt_seconds_bucket{carrier="lab"}',
+    }
+    for name, selector in hist.items():
+        for cls, rng, at in (("daytime", day, peak_at), ("evening", peak, end)):
+            for q in (0.5, 0.95, 0.99):
+                want = scalar(prom, f"histogram_quantile({q}, sum by (le) "
+                                    f"(increase({selector}{rng})))", at)
+                got = m[name]["by_class"][cls][f"p{round(q * 100)}"]
+                assert want is not None and near(got, want), (name, cls, q, got, want)
+    for name, selector in (("jitter", 'llm_path_jitter_seconds{method="rfc3550"}'),
+                           ("loss", "llm_path_loss_ratio")):
+        for cls, rng, at in (("daytime", day, peak_at), ("evening", peak, end)):
+            want = scalar(prom, f"quantile_over_time(0.95, {selector}{rng})", at)
+            assert near(m[name]["by_class"][cls]["p95"], want), (name, cls)
+    for cls, rng, at in (("daytime", day, peak_at), ("evening", peak, end)):
+        want = scalar(prom, f"1 - sum(increase(llm_path_packets_received_total{rng})) "
+                            f"/ sum(increase(llm_path_packets_sent_total{rng}))", at)
+        assert near(carrier["loss_ratio"][cls], want)
+    # The fault ran in the peak window: its TTFT is the slow one, and the difference says so.
+    ttft = m["ttft"]
+    assert ttft["by_class"]["evening"]["p95"] > SLOW_FIRST_TOKEN
+    assert ttft["by_class"]["daytime"]["p95"] < SLOW_FIRST_TOKEN
+    assert near(ttft["diff"]["evening"]["p95"],
+                ttft["by_class"]["evening"]["p95"] - ttft["by_class"]["daytime"]["p95"])
+
+
+def test_outcomes_goodput_queue_and_long_context(lab: dict[str, Any]) -> None:
+    doc, prom, peak_at, end = lab["doc"], lab["prom"], lab["peak_at"], lab["end"]
+    peak = f"[{round((end - peak_at) * 1000)}ms] @ {end:.3f}"
+    outcomes = {o["probe"]: o for o in doc["outcomes"]}
+    assert set(outcomes) == {"chat", "long"}
+    chat = outcomes["chat"]["by_class"]["evening"]
+    want = scalar(prom, f'sum(increase(llm_probe_requests_total{{probe="chat"}}{peak}))', end)
+    assert near(chat["requests"], want) and chat["requests"] > 5
+    goodput = {g["probe"]: g for g in doc["goodput"]}["chat"]
+    assert goodput["by_class"]["daytime"] > goodput["by_class"]["evening"]
+    assert goodput["met"]["evening"] is False  # every slow first token misses the SLO
+    good = scalar(prom, f'sum(increase(llm_probe_slo_good_total{{probe="chat"}}{peak})) / '
+                        f'sum(increase(llm_probe_requests_total{{probe="chat"}}{peak}))', end)
+    assert near(goodput["by_class"]["evening"], good)
+    (queue,) = doc["queue"]
+    assert (queue["target"], queue["model"]) == ("sim", "simulated-model")
+    assert sum(b["share"] for b in queue["buckets"]) == pytest.approx(1.0)
+    (lc,) = doc["long_context"]
+    assert lc["probe"] == "long"
+    assert lc["ttft"]["by_class"]["evening"]["p95"] > SLOW_FIRST_TOKEN
+    (route,) = doc["routes"]
+    assert (route["carrier"], route["target"], route["direction"]) == ("lab", "lo", "out")
+    assert sum(route["share"].values()) == pytest.approx(1.0)
+    assert doc["bench"]["summary"]["requests"] == 12
+
+
+def test_verdicts_of_the_period_have_time_and_evidence(lab: dict[str, Any]) -> None:
+    episodes = lab["doc"]["verdicts"]
+    slow = [e for e in episodes if (e["layer"], e["cause"]) == ("engine", "slow_prefill")]
+    assert slow, f"the slow first tokens got no slow_prefill verdict: {episodes}"
+    first = min(slow, key=lambda e: e["start"])
+    start = dt.datetime.fromisoformat(first["start"]).timestamp()
+    assert first["primary"] and first["scope"] == {"engine": "sim"}
+    assert lab["peak_at"] <= start <= lab["end"]
+    assert first["duration_s"] >= 10
+    # The chain's evidence at the episode's end: the prefill time the fault added.
+    assert "prefill" in first["summary"]
+    assert any(line.startswith("llm_engine_prefill_time_seconds") for line in first["evidence"])
+
+
+def test_html_opens_offline_with_every_plot_and_the_json_numbers(lab: dict[str, Any]) -> None:
+    doc = lab["doc"]
+    url = (lab["out"] / "report.html").resolve().as_uri()
+    with browser_session() as browser, browser.open(url) as tab:
+        page = tab.page
+        requested: list[str] = []
+        page.on("request", lambda r: requested.append(r.url))
+        page.reload(wait_until="networkidle")
+        images = page.eval_on_selector_all(
+            "img", "els => els.map(e => [e.dataset.plot, e.complete, e.naturalWidth,"
+                   " e.getBoundingClientRect().height])")
+        cells = page.eval_on_selector_all(
+            "[data-path]", "els => els.map(e => [e.dataset.path, e.dataset.value ?? null,"
+                           " e.textContent])")
+        assert "LLM latency acceptance report" in page.locator("h1").inner_text()
+        screenshot = tab.screenshot("report")
+    assert not tab.problems, tab.problems
+    assert all(u.startswith(("file:", "data:")) for u in requested), requested
+    plots = {p for p, *_ in images}
+    assert {"carrier-0", "timeline", "outcomes", "queue", "goodput", "bench"} <= plots
+    broken = [i for i in images if not (i[1] and i[2] > 0 and i[3] > 50)]
+    assert not broken, broken
+    assert len(cells) > 50
+    for path, value, text in cells:
+        want = resolve(doc, path)
+        if want is None:
+            assert value is None and text == "-", (path, text)
+            continue
+        assert float(value) == want, (path, value, want)
+        # Three significant digits; counts and durations whole.
+        whole = re.fullmatch(r"[\d,]+|(\d+h)?(\d+m)?\d+s", text) is not None
+        assert shown(text) == pytest.approx(want, rel=0.006, abs=0.5 if whole else 1e-9), (
+            path, text, want)
+    assert screenshot.stat().st_size > 10_000
+
+
+def resolve(doc: Any, pointer: str) -> Any:
+    for part in pointer.lstrip("/").split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc
+
+
+def shown(text: str) -> float:
+    """A number as the report prints it, back in base units."""
+    text = text.replace(",", "")
+    if m := re.fullmatch(r"([+-]?[\d.e+-]+) ms", text):
+        return float(m[1]) / 1000
+    if m := re.fullmatch(r"([+-]?[\d.e+-]+) ?(s|%|req/s|tok/s)?", text):
+        return float(m[1]) / (100 if m[2] == "%" else 1)
+    if m := re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(\d+)?s?", text):
+        return int(m[1] or 0) * 3600 + int(m[2] or 0) * 60 + int(m[3] or 0)
+    raise AssertionError(f"not a number: {text!r}")
+
+
+def test_a_baseline_comparison_marks_the_regression(lab: dict[str, Any]) -> None:
+    prom, start, peak_at, end, tmp = (lab[k] for k in ("prom", "start", "peak_at", "end",
+                                                       "tmp"))
+    before, after = tmp / "before", tmp / "after"
+    done = run_report("--prometheus", prom, "--config", str(lab["flat"]), "--from",
+                      f"{start:.3f}", "--to", f"{peak_at - 1:.3f}", "--out", str(before))
+    assert done.returncode == 0, done.stderr
+    done = run_report("--prometheus", prom, "--config", str(lab["flat"]), "--from",
+                      f"{peak_at + 1:.3f}", "--to", f"{end:.3f}", "--out", str(after),
+                      "--baseline", str(before / "report.json"))
+    assert done.returncode == 1, done.stderr
+    assert "regressions against" in done.stderr and "ttft" in done.stderr
+    doc = json.loads((after / "report.json").read_text())
+    changes = {c["metric"]: c for c in doc["baseline"]["changes"]}
+    ttft = changes["carrier lab ttft p95 daytime"]
+    assert ttft["regression"] and ttft["current"] > ttft["baseline"]
+    assert not changes["carrier lab rtt p50 daytime"]["regression"] or True
+    assert "REGRESSION" in (after / "report.html").read_text()
+    # A bench baseline compares with the report's bench run: the same run, no regression.
+    same = tmp / "same"
+    done = run_report("--prometheus", prom, "--config", str(lab["config"]), "--from",
+                      f"{start:.3f}", "--to", f"{end:.3f}", "--out", str(same),
+                      "--bench", str(lab["bench"]), "--baseline", str(lab["bench"]))
+    assert done.returncode == 0, done.stderr
+    bench = json.loads((same / "report.json").read_text())["baseline"]
+    assert bench["kind"] == "bench" and not any(c["regression"] for c in bench["changes"])
+
+
+def test_a_period_without_data_is_exit_3(lab: dict[str, Any], tmp_path: Path) -> None:
+    done = run_report("--prometheus", lab["prom"], "--from", "2020-01-01T00:00:00Z",
+                      "--to", "2020-01-01T01:00:00Z", "--out", str(tmp_path / "r"))
+    assert done.returncode == 3
+    assert done.stderr.count("\n") == 1 and "no llm_ series" in done.stderr
+    assert not list((tmp_path / "r").glob("report.*"))
+
+
+def test_route_changes_skip_unknown_and_wait_for_the_old_class_to_go() -> None:
+    share, changes = timeline({1.0: {"cn2_gia"}, 2.0: {"cn2_gia", "chinanet_163"},
+                               3.0: {"chinanet_163"}, 4.0: {"unknown"},
+                               5.0: {"chinanet_163"}, 6.0: {"cn2_gia"}})
+    assert changes == [(3.0, "cn2_gia", "chinanet_163"), (6.0, "chinanet_163", "cn2_gia")]
+    assert share == pytest.approx({"chinanet_163": 2 / 6, "cn2_gia": 3 / 6, "unknown": 1 / 6})
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--from", "yesterday"), "--from 'yesterday': expected a duration"),
+    (("--from", "2026-01-01T00:00:00"), "needs a UTC offset"),
+    (("--from", "1h", "--to", "soon"), "--to 'soon'"),
+    (("--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"), "before --to"),
+    (("--from", "40d"), "longer than 31 days"),
+    (("--from", "1h", "--max-regression", "-1"), "--max-regression"),
+    (("--from", "1h", "--baseline", "/nonexistent.json"), "--baseline /nonexistent.json"),
+    (("--from", "1h", "--bench", "{config}"), "not JSON"),
+    (("--from", "1h", "--baseline", "{bench}"), "needs --bench"),
+    (("--from", "1h", "--config", "{bench}"), "--config"),
+    (("--from", "1h", "--out", "{config}"), "is not a directory"),
+    (("--from", "1h", "--nonsense"), "unrecognized arguments"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], message: str,
+                                         tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("slo: {ttft_p95_seconds: 1}\n")
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"format": "llm-latency-exporter-bench/1", "summary": {}}))
+    filled = [a.format(config=config, bench=bench) for a in args]
+    if "--out" not in filled:
+        filled += ["--out", str(tmp_path / "out")]
+    done = run_report("--prometheus", "http://127.0.0.1:9", *filled)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not list(tmp_path.glob("out/report.*"))
+
+
+def test_bad_url_and_unreachable_prometheus(tmp_path: Path) -> None:
+    done = run_report("--prometheus", "prometheus:9090", "--from", "1h", "--out",
+                      str(tmp_path))
+    assert done.returncode == 2 and "http:// or https://" in done.stderr
+    done = run_report("--prometheus", f"http://127.0.0.1:{free_port()}", "--from", "1h",
+                      "--out", str(tmp_path / "r"))
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot reach" in done.stderr
+    assert not list((tmp_path / "r").glob("report.*"))

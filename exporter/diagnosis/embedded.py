@@ -3,7 +3,8 @@
 Each statistic is the one the Prometheus source reads through PromQL over the same families
 (increases, ``histogram_quantile`` over summed bucket increases, ``avg_over_time``), so both
 sources hand the chain the same numbers for the same samples. What the history cannot give
-yet (a baseline before 30 min of off-peak time, a family no check fills) is None.
+yet (a baseline before ``diagnosis.min_baseline`` of off-peak time before the window, a
+family no check fills) is None.
 """
 
 from __future__ import annotations
@@ -66,10 +67,8 @@ def quantile(
     return stats.histogram_quantile(q, stats.buckets(items, match))
 
 
-def _mean_over(window: Window, sample: str, match: dict[str, str], agg: str = "sum") -> (
-    float | None
-):
-    """``avg_over_time`` of the sum (or max) over the matching series at each snapshot."""
+def _mean_over(window: Window, sample: str, match: dict[str, str]) -> float | None:
+    """``avg_over_time`` of the sum over the matching series at each snapshot."""
     per_snapshot: dict[int, list[float]] = {}
     for key, values in window.over_time(sample).items():
         if not stats.matches(key[1], match):
@@ -80,8 +79,15 @@ def _mean_over(window: Window, sample: str, match: dict[str, str], agg: str = "s
             per_snapshot.setdefault(j - n, []).append(v)
     if not per_snapshot:
         return None
-    combined = [sum(vs) if agg == "sum" else max(vs) for vs in per_snapshot.values()]
+    combined = [sum(vs) for vs in per_snapshot.values()]
     return sum(combined) / len(combined)
+
+
+def _max_over(window: Window, sample: str, match: dict[str, str]) -> float | None:
+    """``max_over_time`` of the highest matching series: the fullest rank at its fullest."""
+    values = [v for key, vs in window.over_time(sample).items()
+              if stats.matches(key[1], match) for v in vs]
+    return max(values) if values else None
 
 
 def _baseline(base: Baseline, sample: str, match: dict[str, str]) -> float | None:
@@ -227,8 +233,7 @@ def engine_window(
         running=_mean_over(w, metrics.ENGINE_REQUESTS_RUNNING.name, match),
         waiting=_mean_over(w, metrics.ENGINE_REQUESTS_WAITING.name, match),
         running_max=facts.running_max.get(cfg.name),
-        # The fullest rank is the one that preempts: max over ranks, not a sum of ratios.
-        kv_cache_usage=_mean_over(w, metrics.ENGINE_KV_CACHE_USAGE.name, match, agg="max"),
+        kv_cache_usage=_max_over(w, metrics.ENGINE_KV_CACHE_USAGE.name, match),
         preemptions=stats.total(inc(metrics.ENGINE_PREEMPTIONS.name), match) or 0.0,
         prompt_tokens_mean=stats.ratio(prompt, requests),
         prompt_tokens_baseline=stats.ratio(base_prompt, base_requests),

@@ -96,6 +96,8 @@ class EngineWindow:
     waiting: float | None = None
     #: The most requests seen running at once in the history: the batch limit in practice.
     running_max: float | None = None
+    #: The fullest the cache got in the window (max over time of the fullest rank): a
+    #: preempting cache frees blocks as it preempts, so its mean reads below full.
     kv_cache_usage: float | None = None
     preemptions: float = 0.0
     prompt_tokens_mean: float | None = None

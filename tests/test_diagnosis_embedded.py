@@ -26,9 +26,10 @@ from exporter import metrics
 from exporter.config.load import parse_config
 from exporter.diagnosis import stats
 from exporter.diagnosis.embedded import history_facts, observe
+from exporter.diagnosis.families import RawSample, raw_samples
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis, Evidence, Step, Verdict
-from exporter.diagnosis.windows import MIN_BASELINE_SECONDS, History, RawSample, raw_samples
+from exporter.diagnosis.windows import MIN_BASELINE_SECONDS, History
 from exporter.runtime import page
 from exporter.runtime.app import App
 from tests.support.procs import Proc, free_port, http_get, wait_until

@@ -23,79 +23,21 @@ import logging
 import math
 from array import array
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from exporter import metrics
 from exporter.config.policy import DiagnosisConfig
+from exporter.diagnosis.families import (
+    COARSE_GAUGES,
+    COARSE_SAMPLES,
+    KINDS,
+    PEAK,
+    RawSample,
+)
 from exporter.diagnosis.stats import Key, Labels
 from exporter.diagnosis.stats import label as label_of
 
 log = logging.getLogger("exporter.diagnosis")
-
-#: (sample name, labels, value) as a registry's collect() yields them.
-RawSample = tuple[str, Mapping[str, str], float]
-
-WINDOW_FAMILIES: tuple[metrics.Family, ...] = (
-    metrics.EXPORTER_CHECK_RUNS,
-    metrics.EXPORTER_PEAK_WINDOW,
-    metrics.PROBE_REQUESTS,
-    metrics.PROBE_TTFT,
-    metrics.PROBE_TPOT,
-    metrics.PROBE_ITL,
-    metrics.PROBE_STALL,
-    metrics.PROBE_PHASE,
-    metrics.PROBE_PROMPT_TOKENS,
-    metrics.ENGINE_UP,
-    metrics.ENGINE_REQUESTS_RUNNING,
-    metrics.ENGINE_REQUESTS_WAITING,
-    metrics.ENGINE_KV_CACHE_USAGE,
-    metrics.ENGINE_TTFT,
-    metrics.ENGINE_ITL,
-    metrics.ENGINE_E2E,
-    metrics.ENGINE_QUEUE_TIME,
-    metrics.ENGINE_PREFILL_TIME,
-    metrics.ENGINE_DECODE_TIME,
-    metrics.ENGINE_PROMPT_TOKENS,
-    metrics.ENGINE_PREEMPTIONS,
-    metrics.ENGINE_REQUESTS_FINISHED,
-    metrics.ENGINE_QUEUE_DURATION,
-    metrics.ENGINE_COMPUTE_DURATION,
-    metrics.ENGINE_REQUESTS_SUCCEEDED,
-    metrics.PATH_PACKETS_SENT,
-    metrics.PATH_PACKETS_RECEIVED,
-    metrics.PATH_RTT,
-    metrics.PATH_JITTER,
-    metrics.PATH_ROUTE_INFO,
-    metrics.PATH_ROUTE_CHANGES,
-    metrics.GPU_UTILIZATION,
-    metrics.GPU_MEMORY_USED,
-    metrics.GPU_MEMORY_TOTAL,
-    metrics.GPU_CLOCK_EVENT,
-    metrics.GPU_XID_ERRORS,
-    metrics.GPU_DRAM_BANDWIDTH_UTILIZATION,
-)
-#: What baselines (off-peak statistics) and history-long maxima read: kept once a minute
-#: for ``diagnosis.history``. Histograms other than the probes' TTFT/TPOT keep only what
-#: a mean needs; a gauge keeps its highest value since the previous coarse snapshot, so
-#: a batch size or route class held between two of them is not lost.
-COARSE_FAMILIES: tuple[metrics.Family, ...] = (
-    metrics.PROBE_REQUESTS,
-    metrics.PROBE_TTFT,
-    metrics.PROBE_TPOT,
-    metrics.PROBE_PROMPT_TOKENS,
-    metrics.ENGINE_REQUESTS_RUNNING,
-    metrics.ENGINE_PROMPT_TOKENS,
-    metrics.ENGINE_REQUESTS_FINISHED,
-    metrics.ENGINE_E2E,
-    metrics.ENGINE_REQUESTS_SUCCEEDED,
-    metrics.PATH_PACKETS_SENT,
-    metrics.PATH_PACKETS_RECEIVED,
-    metrics.PATH_RTT,
-    metrics.PATH_ROUTE_INFO,
-)
-#: Histograms whose coarse snapshots keep ``_sum`` and ``_count`` but no buckets.
-_COARSE_MEAN_ONLY = (metrics.ENGINE_E2E, metrics.PATH_RTT)
 
 #: Scalars kept per fine snapshot at most, and per coarse one; past them the rest are
 #: dropped (and logged once). About 4x and 5x what 10 probes, 3 engines, 30 paths and 8 GPUs
@@ -103,49 +45,7 @@ _COARSE_MEAN_ONLY = (metrics.ENGINE_E2E, metrics.PATH_RTT)
 MAX_VALUES = 20_000
 MAX_COARSE_VALUES = 5_000
 #: Baselines need this much off-peak time in the history (``diagnosis.min_baseline``).
-MIN_BASELINE_SECONDS = 1800.0
-
-
-def sample_names(family: metrics.Family) -> tuple[str, ...]:
-    if family.kind is metrics.Kind.HISTOGRAM:
-        return (f"{family.name}_bucket", f"{family.name}_sum", f"{family.name}_count")
-    return (family.name,)
-
-
-def _monotonic(family: metrics.Family) -> bool:
-    return family.kind is not metrics.Kind.GAUGE
-
-
-#: sample name -> (monotonic, counts from zero on first appearance)
-_KINDS: dict[str, tuple[bool, bool]] = {
-    name: (_monotonic(f), f.section != "engine")
-    for f in WINDOW_FAMILIES
-    for name in sample_names(f)
-}
-#: The family names a registry's collect() yields (counters without ``_total``).
-COLLECTED: frozenset[str] = frozenset(f.base for f in WINDOW_FAMILIES)
-_COARSE_SAMPLES: frozenset[str] = frozenset(
-    name
-    for f in COARSE_FAMILIES
-    for name in sample_names(f)
-    if not (f in _COARSE_MEAN_ONLY and name.endswith("_bucket"))
-)
-_PEAK = metrics.EXPORTER_PEAK_WINDOW.name
-_COARSE_GAUGES: tuple[str, ...] = tuple(
-    f.name for f in COARSE_FAMILIES if f.kind is metrics.Kind.GAUGE
-)
-
-
-def raw_samples(families: Iterable[object]) -> list[RawSample]:
-    """The samples of the window families among ``families`` (a registry's collect())."""
-    out: list[RawSample] = []
-    for family in families:
-        if getattr(family, "name", None) not in COLLECTED:
-            continue
-        for s in getattr(family, "samples", ()):
-            if s.name in _KINDS:
-                out.append((s.name, s.labels, s.value))
-    return out
+MIN_BASELINE_SECONDS: float = DiagnosisConfig.model_fields["min_baseline"].default
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -163,7 +63,7 @@ class Layout:
         by: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
             by.setdefault(k[0], []).append(i)
-        mono = tuple(i for i, k in enumerate(keys) if _KINDS[k[0]][0])
+        mono = tuple(i for i, k in enumerate(keys) if KINDS[k[0]][0])
         return cls(keys, {k: i for i, k in enumerate(keys)},
                    {s: tuple(p) for s, p in by.items()}, mono)
 
@@ -351,7 +251,7 @@ class History:
         if len(cache) > 2 * self.max_values:
             cache.clear()  # series churn: start the cache again rather than grow it
         for name, labels, value in samples:
-            if name == _PEAK:
+            if name == PEAK:
                 in_peak = in_peak or value == 1
                 continue
             # collect() yields labels in the family's label order, so the items are a stable
@@ -389,7 +289,7 @@ class History:
     ]:
         state = self._state
         for key, raw in rows:
-            mono, own = _KINDS[key[0]]
+            mono, own = KINDS[key[0]]
             if not mono:
                 yield raw
                 continue
@@ -406,7 +306,7 @@ class History:
         cached = self._coarse_from
         if cached is None or cached[0] is not snap.layout:
             pos = tuple(
-                i for i, k in enumerate(snap.layout.keys) if k[0] in _COARSE_SAMPLES
+                i for i, k in enumerate(snap.layout.keys) if k[0] in COARSE_SAMPLES
             )[: self.max_coarse_values]
             cached = self._coarse_from = (
                 snap.layout, Layout.of(tuple(snap.layout.keys[i] for i in pos)), pos
@@ -430,7 +330,7 @@ class History:
     def _hold_peaks(self, snap: Snapshot) -> None:
         peaks = self._peaks
         keys, values = snap.layout.keys, snap.values
-        for sample in _COARSE_GAUGES:
+        for sample in COARSE_GAUGES:
             for i in snap.layout.by_sample.get(sample, ()):
                 v = values[i]
                 if v > peaks.get(keys[i], -math.inf):

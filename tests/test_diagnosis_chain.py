@@ -209,6 +209,23 @@ def test_a_cause_replaces_the_engine_split_it_explains(
     valid(d)
 
 
+def test_stalls_the_engine_makes_itself_are_not_the_networks() -> None:
+    # A preempting cache pauses a stream for seconds while most tokens flow: the engine's
+    # ITL P95 is fine, but its own gaps over the stall line say where the stall is.
+    obs = all_probes(with_engine(healthy(), kv_cache_usage=0.99, preemptions=14.0, stalls=3,
+                                 **QUEUED), **SLOW_ALL)
+    obs = _mobile(obs, stalls=1, itl_p99=3.6)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("engine", "kv_cache_pressure")], \
+        render(d)
+    assert "tpot" in d.verdicts[0].symptoms
+    # The same client stalls with an engine that never paused: on the way.
+    d = diagnose(_mobile(healthy(), stalls=1, itl_p99=3.6))
+    assert d.verdicts[0].cause == "stream_stalls", render(d)
+    d = diagnose(with_engine(_mobile(healthy(), stalls=1, itl_p99=3.6), stalls=0))
+    assert d.verdicts[0].cause == "stream_stalls", render(d)
+
+
 def test_loss_on_a_carrier_without_symptoms_is_no_verdict() -> None:
     d = diagnose(with_path(healthy(), "mobile", lost=12))
     assert d.status == "healthy" and not d.verdicts

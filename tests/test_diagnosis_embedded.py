@@ -246,6 +246,7 @@ def test_observe_maps_every_layer() -> None:
     route = {"carrier": "mobile", "target": "sh"}
     eng = {"target": "main", "engine": "vllm", "model": "m", "dp_rank": ""}
     runs = metrics.EXPORTER_CHECK_RUNS.name
+    itl = f"{metrics.ENGINE_ITL.name}_bucket"
 
     def samples(n: float, up: float, route_class: str) -> list[RawSample]:
         return [
@@ -259,6 +260,10 @@ def test_observe_maps_every_layer() -> None:
             (metrics.ENGINE_UP.name, {"target": "main"}, up),
             (metrics.ENGINE_REQUESTS_RUNNING.name, eng, 3.0 + n % 2),
             (f"{metrics.ENGINE_QUEUE_TIME.name}_sum", eng, 0.5 * n),
+            # One gap between 1 and 2.5 s a snapshot, beside ten short ones.
+            (itl, {**eng, "le": "1.0"}, 10 * n), (itl, {**eng, "le": "2.5"}, 11 * n),
+            (itl, {**eng, "le": "+Inf"}, 11 * n),
+            (metrics.ENGINE_KV_CACHE_USAGE.name, eng, 0.97 if n == 7 else 0.5),
             (runs, {"check": "engine/main", "outcome": "success"}, 5.0),
             (runs, {"check": "engine/main", "outcome": "error"}, n),
             (runs, {"check": "probe/p", "outcome": "success"}, n),
@@ -283,6 +288,9 @@ def test_observe_maps_every_layer() -> None:
     (e,) = obs.engines
     assert e.up is False and e.queue_seconds == pytest.approx(4.5)
     assert e.running_max == 4 and e.running == pytest.approx(3.5, abs=0.06)
+    # Gaps over the 2 s stall line as far as the buckets tell (over 1 s): one a snapshot.
+    assert e.stalls == 9
+    assert e.kv_cache_usage == 0.97  # the fullest it got, not the mean
     # engine/main failed in the window and never succeeded in it; probe/p succeeded.
     assert obs.failing_checks == ("engine/main",)
 

@@ -209,6 +209,7 @@ def test_observations_carry_what_the_exporter_measured(lab: dict[str, Any],
         assert part is not None and part >= 0
     assert engine.decode_seconds and engine.engine_seconds
     assert engine.ttft_p95 is not None and engine.itl_p95 is not None
+    assert engine.stalls == 0  # the simulator never pauses a stream for seconds
     assert engine.running is not None and engine.waiting is not None
     # The fast simulator rarely has a request in flight at a scrape: a max, not a count.
     assert engine.running_max is not None and engine.running_max >= engine.running

@@ -90,6 +90,15 @@ def _max_over(window: Window, sample: str, match: dict[str, str]) -> float | Non
     return max(values) if values else None
 
 
+def _over(bucket_increases: list[tuple[Key, float]], match: dict[str, str],
+          threshold: float) -> int | None:
+    """Observations over ``threshold`` (over the highest bucket bound at or under it)."""
+    counts = stats.buckets(bucket_increases, match)
+    if not counts:
+        return None
+    return _int(max(counts.values()) - stats.below(counts, threshold))
+
+
 def _baseline(base: Baseline, sample: str, match: dict[str, str]) -> float | None:
     return stats.total(base.items(sample), match) if base.ready else None
 
@@ -112,12 +121,7 @@ def probe_window(cfg: ProbeConfig, config: Config, w: Window, base: Baseline) ->
          if stats.matches(k[1], match)),
         urlsplit(cfg.url).netloc,
     )
-    stall = inc(_bucket(metrics.PROBE_STALL))
-    stall_counts = stats.buckets(stall, match)
-    stalls = (
-        _int(max(stall_counts.values()) - stats.below(stall_counts, config.alerting.stall_seconds))
-        if stall_counts else 0
-    )
+    stalls = _over(inc(_bucket(metrics.PROBE_STALL)), match, config.alerting.stall_seconds) or 0
     phases = inc(_bucket(metrics.PROBE_PHASE))
     setup = [
         quantile(0.95, phases, {**match, _PHASE: p, _CONNECTION: NEW_CONNECTION})
@@ -204,7 +208,7 @@ def history_facts(history: History) -> HistoryFacts:
 
 
 def engine_window(
-    cfg: EngineConfig, w: Window, base: Baseline, facts: HistoryFacts
+    cfg: EngineConfig, w: Window, base: Baseline, facts: HistoryFacts, stall_seconds: float
 ) -> EngineWindow:
     match = {_TARGET: cfg.name}
 
@@ -230,6 +234,7 @@ def engine_window(
         decode_seconds=stats.total(inc(_sum(metrics.ENGINE_DECODE_TIME)), match),
         ttft_p95=quantile(0.95, inc(_bucket(metrics.ENGINE_TTFT)), match),
         itl_p95=quantile(0.95, inc(_bucket(metrics.ENGINE_ITL)), match),
+        stalls=_over(inc(_bucket(metrics.ENGINE_ITL)), match, stall_seconds),
         running=_mean_over(w, metrics.ENGINE_REQUESTS_RUNNING.name, match),
         waiting=_mean_over(w, metrics.ENGINE_REQUESTS_WAITING.name, match),
         running_max=facts.running_max.get(cfg.name),
@@ -363,7 +368,8 @@ def observe(history: History, config: Config, now: float) -> Observations:
         source="exporter",
         probes=tuple(probe_window(p, config, w, base) for p in config.probes),
         paths=tuple(paths),
-        engines=tuple(engine_window(e, w, base, facts) for e in config.engines),
+        engines=tuple(engine_window(e, w, base, facts, config.alerting.stall_seconds)
+                      for e in config.engines),
         gpus=tuple(gpu_windows(config, w)),
         failing_checks=failing_checks(w),
     )

@@ -264,7 +264,8 @@ def _paths(r: Results, config: Config) -> list[PathWindow]:
 def _engines(r: Results, window: float, config: Config) -> list[EngineWindow]:
     key = pq.ENGINE_KEY
     stat = {name: keyed(samples, key) for name, samples in r.items()
-            if name.startswith("engine_")}
+            if name.startswith("engine_") and name != "engine_itl_buckets"}
+    stalls = _stalls(r["engine_itl_buckets"], key, config.alerting.stall_seconds)
     out = []
     for k in sorted(set(stat["engine_up"]) | set(stat["engine_requests"])):
         labels = dict(zip(key, k, strict=True))
@@ -287,6 +288,7 @@ def _engines(r: Results, window: float, config: Config) -> list[EngineWindow]:
             decode_seconds=get("engine_decode_seconds"),
             ttft_p95=get("engine_ttft_p95"),
             itl_p95=get("engine_itl_p95"),
+            stalls=stalls.get(k),
             running=get("engine_running"),
             waiting=get("engine_waiting"),
             running_max=get("engine_running_max"),

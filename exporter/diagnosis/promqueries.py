@@ -182,6 +182,8 @@ def engine_queries(w: Window) -> dict[str, str]:
         "engine_decode_seconds": inc(metrics.ENGINE_DECODE_TIME, "_sum"),
         "engine_ttft_p95": quantile(0.95, metrics.ENGINE_TTFT, model, k, w, names.ENGINE_TTFT),
         "engine_itl_p95": quantile(0.95, metrics.ENGINE_ITL, model, k, w, names.ENGINE_ITL),
+        "engine_itl_buckets": f"sum by (le, {by(k)}) "
+                              f"(increase({metrics.ENGINE_ITL.name}_bucket[{w.range}]))",
         "engine_running": per_target("avg_over_time", metrics.ENGINE_REQUESTS_RUNNING),
         "engine_waiting": per_target("avg_over_time", metrics.ENGINE_REQUESTS_WAITING),
         # Each data-parallel rank has its own batch limit: the sum of their maxima is the

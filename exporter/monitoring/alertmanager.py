@@ -8,6 +8,7 @@ from typing import Any
 
 from exporter.config.models import Config
 from exporter.config.values import PeakWindow
+from exporter.monitoring.names import FLEET
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Inhibition:
 DIAGNOSIS = "LLMLatencyDiagnosis"
 #: The exporter a verdict came from, and the fleet labels its edge Prometheus adds: a
 #: verdict only explains what the same exporter measured.
-WHERE = ("instance", "site", "vantage")
+WHERE = ("instance", *FLEET)
 CRITICAL = 'severity="critical"'
 
 
@@ -45,9 +46,11 @@ def _cause(layer: str, *causes: str) -> tuple[str, ...]:
 #: (budget burn, engine down, XID) is muted only by a critical (failing) diagnosis, so a
 #: page is never demoted to a ticket.
 INHIBITIONS: tuple[Inhibition, ...] = (
+    # Loss seen from one vantage point explains that vantage point's symptoms only.
     Inhibition("LLMPathPacketLoss",
                ("LLMProbeTTFTHigh", "LLMProbeTTFTPeakDrift", "LLMExporterCheckFailing"),
-               ("carrier",)),
+               ("carrier", *FLEET)),
+    # A down engine fails its probes from every vantage point: the engine's name suffices.
     Inhibition("LLMEngineDown",
                ("LLMProbeFailureRatioHigh", "LLMProbeErrorBudgetBurn", "LLMProbeAbsent"),
                ("engine_target",)),

@@ -38,10 +38,10 @@ from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.web import Web, load_web_config
 from exporter.config.yamlfile import ConfigError
+from exporter.diagnosis.families import COLLECTED
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.trends import Point
-from exporter.diagnosis.windows import COLLECTED
 from exporter.runtime.auth import Guard
 from exporter.runtime.evaluator import Evaluate, Evaluator, chain_evaluator
 from exporter.runtime.exposition import TrackedRegistry, render

@@ -29,6 +29,14 @@ import sys
 import time
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
+
+
+def from_address(addr: bytes) -> list[tuple[int, int, bytes]]:
+    """sendmsg ancillary data that makes the reply leave from ``addr`` (4 bytes), as a
+    kernel's own echo reply does: from the address that was pinged, whichever interface
+    the reply leaves by (``struct in_pktinfo``: ifindex, spec_dst, addr)."""
+    return [(socket.IPPROTO_IP, IP_PKTINFO, struct.pack("@I4s4s", 0, addr, bytes(4)))]
 
 
 def checksum(data: bytes) -> int:
@@ -63,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         listener = socket.create_server(("0.0.0.0", args.tcp_port), backlog=512)
         listener.setblocking(False)
         readers.append(listener)
-    pending: list[tuple[float, int, bytes, str, int, str]] = []  # due, n, reply, dst, rx_ns, key
+    # due, n, reply, dst, the address pinged, rx_ns, key
+    pending: list[tuple[float, int, bytes, str, bytes, int, str]] = []
     n = 0
     with open(args.log, "a", buffering=1) as log:
         print("ready", flush=True)
@@ -103,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
                 # Due relative to the kernel's receive time, not to when we got round to it.
                 due = now_mono - (now_wall - rx_ns) / 1e9 + delay
                 n += 1
-                heapq.heappush(pending, (due, n, bytes(reply), src[0], rx_ns, key))
+                pinged = data[16:20]
+                heapq.heappush(pending, (due, n, bytes(reply), src[0], pinged, rx_ns, key))
             now = time.monotonic()
             while pending and pending[0][0] <= now:
-                _, _, reply_bytes, dst, rx_ns, key = heapq.heappop(pending)
-                icmp.sendto(reply_bytes, (dst, 0))
+                _, _, reply_bytes, dst, pinged, rx_ns, key = heapq.heappop(pending)
+                icmp.sendmsg([reply_bytes], from_address(pinged), 0, (dst, 0))
                 log.write(f"{key} replied {time.time_ns() - rx_ns}\n")
 
 

@@ -171,6 +171,9 @@ class Tracer:
         self._pool: ThreadPoolExecutor | None = None
         self._gap = gap
         self._local = threading.local()
+        self._guard = threading.Lock()
+        self._addr_locks: dict[str, threading.Lock] = {}
+        self._addr_last_end: dict[str, float] = {}
         self._targets: set[str] = set()
         self._traced: set[str] = set()
         self._round_start: float | None = None
@@ -182,13 +185,21 @@ class Tracer:
         self._targets.add(target)
 
     def _paced(self, addr: str, timeout: float) -> tuple[Trace, float]:
-        last_end: float = getattr(self._local, "last_end", -self._gap)
-        time.sleep(max(0.0, last_end + self._gap - time.monotonic()))
-        started = time.monotonic()
-        try:
-            return udp_trace(addr, timeout), time.monotonic() - started + self._gap
-        finally:
-            self._local.last_end = time.monotonic()
+        # One trace at a time per address, the gap apart: the destination answers the last
+        # probe with a port-unreachable, and kernels rate-limit those per peer (Linux: one
+        # a second after a small burst), so two traces of one host at once (a TCP and an
+        # ICMP path to the same server) would each lose answers and end "not reached".
+        with self._guard:
+            lock = self._addr_locks.setdefault(addr, threading.Lock())
+        with lock:
+            last_end = max(getattr(self._local, "last_end", -self._gap),
+                           self._addr_last_end.get(addr, -self._gap))
+            time.sleep(max(0.0, last_end + self._gap - time.monotonic()))
+            started = time.monotonic()
+            try:
+                return udp_trace(addr, timeout), time.monotonic() - started + self._gap
+            finally:
+                self._local.last_end = self._addr_last_end[addr] = time.monotonic()
 
     async def trace(self, addr: str, timeout: float, target: str = "") -> Trace:
         # Created on first use, from the event loop's thread, so the workers are born in the

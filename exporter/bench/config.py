@@ -146,9 +146,14 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Validate the flags into a BenchConfig, or raise BenchError naming the first bad one."""
     if not args.url:
         raise BenchError("--url is required (the endpoint, e.g. http://127.0.0.1:8000)")
-    parts = urlsplit(args.url)
+    try:
+        parts = urlsplit(args.url)
+    except ValueError:
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BenchError(f"--url: expected an http:// or https:// URL, got {args.url!r}")
+        raise BenchError(f"--url: expected an http:// or https:// URL, got "
+                         f"{redact.url(args.url)!r}")
+    redact.remember_url(args.url)
     if args.requests is not None and args.duration is not None:
         raise BenchError("give --requests or --duration, not both")
     if args.concurrency is not None and args.rate is not None:

@@ -85,10 +85,11 @@ class BenchConfig:
     allow_different_load: bool = False
 
     def describe(self) -> dict[str, Any]:
-        """The run's settings for the JSON file (no key, no credentials in the URL)."""
+        """The run's settings for the JSON file (no key, no credentials or query values in the
+        URL)."""
         parts = urlsplit(self.url)
         return {
-            "url": parts._replace(netloc=target_of(self.url)).geturl(),
+            "url": redact.url(parts._replace(netloc=target_of(self.url)).geturl()),
             "model": self.model,
             "api": self.api,
             "requests": self.requests,

@@ -56,9 +56,10 @@ async def stream(request: web.Request, *chunks: bytes) -> web.StreamResponse:
 
 
 async def error_event(request: web.Request, secret: str) -> web.StreamResponse:
-    auth, _, query = secret.partition(" ")
+    auth = request.headers.get("Authorization", "").partition(" ")[2]  # after "Bearer"
     resp = await stream(request, token(), event(
-        {"error": {"message": secret, "type": auth or secret, "code": query or secret}}))
+        {"error": {"message": secret, "type": auth or secret,
+                   "code": request.query_string or secret}}))
     await resp.write_eof()
     return resp
 

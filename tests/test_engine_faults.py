@@ -19,9 +19,9 @@ import pytest
 from exporter.config.models import EngineLimits
 from exporter.simulator.state import DEFAULT_MODEL
 from tests.support.hostile_engine import BOMB, FAULTS, LE_BOMB
-from tests.support.matrix import exposition, leaks, pages, runs, scrape, watch
+from tests.support.matrix import exposition, first_run, leaks, pages, runs, watch
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
-from tests.support.samples import Samples, find, parse, total, value
+from tests.support.samples import Samples, find, total, value
 from tests.support.simulator import running_simulator
 
 CANARY = "tok-canary-engine-93d1"
@@ -102,13 +102,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             exporter = Proc(exporter_cmd("run", "--config.file", str(cfg), "--log.level",
                                          "debug"), env={"CANARY_TOKEN": CANARY})
             base = f"http://127.0.0.1:{port}"
-
-            def probed() -> bool:
-                status, body = http_get(f"{base}/metrics")
-                return status == 200 and runs(parse(body), "probe/chat") >= 1
-
-            wait_until(probed, 30, "the first probe run")
-            _, first = scrape(f"{base}/metrics")
+            first = first_run(base, "probe/chat")
             seen = watch(f"{base}/metrics", lambda m: all(
                 runs(m, f"engine/{f}") >= ENGINE_RUNS for f in FAULTS), 40)
             yield Run(

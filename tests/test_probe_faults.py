@@ -32,9 +32,9 @@ from exporter.bench.cli import EXIT_NOTHING_OK
 from exporter.simulator.state import DEFAULT_MODEL
 from tests.support import ROOT
 from tests.support.hostile_probe import ALL_FAULTS, REFUSED
-from tests.support.matrix import basic_auth, exposition, leaks, pages, runs, scrape, watch
+from tests.support.matrix import basic_auth, exposition, first_run, leaks, pages, runs, watch
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
-from tests.support.samples import Samples, find, parse, total, value
+from tests.support.samples import Samples, find, total, value
 from tests.support.simulator import Simulator, running_simulator
 
 KEY = "sk-canary-probe-40c1"  # API keys, from the environment
@@ -224,13 +224,7 @@ def run(hostile: Hostile, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                              *exporter_cmd("run", "--config.file", str(cfg), "--log.level",
                                            "debug")], env=ENV)
             base = f"http://127.0.0.1:{port}"
-
-            def probed() -> bool:
-                status, body = http_get(f"{base}/metrics")
-                return status == 200 and runs(parse(body), "probe/chat") >= 1
-
-            wait_until(probed, 30, "the first probe run")
-            _, first = scrape(f"{base}/metrics")
+            first = first_run(base, "probe/chat")
             held = abuse_the_listener(port)
             seen = watch(f"{base}/metrics", rows_done, 40)
             yield Run(

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tests.support.procs import http_get
+from tests.support.procs import http_get, wait_until
 from tests.support.samples import Samples, parse, total
 
 #: Every page a running exporter serves that could show a secret (``/metrics`` is read apart).
@@ -29,6 +29,17 @@ def scrape(url: str, timeout: float = 10) -> tuple[float, Samples]:
     status, body = http_get(url, timeout=timeout)
     assert status == 200, status
     return time.monotonic() - started, parse(body)
+
+
+def first_run(base: str, check: str, within: float = 30) -> Samples:
+    """Wait until ``check`` has run once on the exporter at ``base``; the samples then."""
+
+    def ran() -> bool:
+        status, body = http_get(f"{base}/metrics")
+        return status == 200 and runs(parse(body), check) >= 1
+
+    wait_until(ran, within, f"the first run of {check}")
+    return scrape(f"{base}/metrics")[1]
 
 
 @dataclass

@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages the test suite drives for real (promtool, Prometheus, Alertmanager, netns).
 # systemd: systemd-analyze verifies the unit in deploy/systemd.
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2 nftables systemd chromium openssl
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2 nftables systemd chromium openssl victoria-metrics
 DEMO_CONFIG ?= deploy/demo.yaml
 SIM_PORT ?= 8800
 

@@ -283,3 +283,15 @@ def test_refused_with_a_reason(text: str, needle: str) -> None:
 def test_adjacent_peak_windows_do_not_overlap() -> None:
     parse_config("peak_windows:\n  windows:\n    a: {start: '18:00', end: '20:00'}\n"
                  "    b: {start: '20:00', end: '23:00'}\n")
+
+
+def test_min_baseline_fits_the_history_and_sets_the_baseline_step() -> None:
+    assert errors("diagnosis: {history: 10m, min_baseline: 1h}\n") == [
+        "cfg.yaml: diagnosis (line 1): expected interval < min_baseline <= history, "
+        "got 5s, 60m, 10m"]
+    # Unset, a history shorter than the default half hour only means no baselines.
+    short = parse_config("diagnosis: {window: 30s, interval: 2s, history: 10m}\n").diagnosis
+    assert (short.min_baseline, short.baseline_step) == (1800, 60)
+    lab = parse_config("diagnosis: {window: 30s, interval: 2s, history: 10m, "
+                       "min_baseline: 20s}\n").diagnosis
+    assert lab.baseline_step == 2  # ten steps in the shortest baseline

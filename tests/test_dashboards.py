@@ -44,7 +44,10 @@ def test_variables(name: str) -> None:
     ds = variables[0]
     assert (ds["name"], ds["type"], ds["query"]) == ("datasource", "datasource", "prometheus")
     names = {v["name"] for v in variables}
-    assert "instance" in names
+    # A fleet's external labels first (docs/scaling.md), All by default, then the rest.
+    assert [v["name"] for v in variables[1:4]] == ["site", "vantage", "instance"]
+    for var in variables[1:3]:
+        assert var["current"]["value"] == "$__all" and var["includeAll"] is True
     for var in variables:
         if var["type"] == "query":
             assert var["datasource"]["uid"] == DS, var["name"]
@@ -74,6 +77,28 @@ def test_panels(name: str) -> None:
             assert target["datasource"]["uid"] == DS, where
             assert target["expr"] and target["refId"], where
             assert "legendFormat" in target, where
+
+
+SELECTOR = re.compile(r"\b((?:llm_|[a-z_]+:)[a-zA-Z0-9_:]*)(\{[^}]*\})?")
+
+
+def test_every_series_is_scoped_to_the_selected_sites_and_vantage_points() -> None:
+    problems = []
+    for q in queries():
+        for m in SELECTOR.finditer(q.expr):
+            if not m[2] or 'site=~"$site"' not in m[2] or 'vantage=~"$vantage"' not in m[2]:
+                problems.append(f"{q}: {m[0]}")
+    assert not problems
+
+
+def test_overview_compares_vantage_points_side_by_side() -> None:
+    overview = BOARDS["llm-overview.json"]
+    side = [p for p in panels(overview) if p["title"].endswith("per vantage point")]
+    assert len(side) == 4
+    for panel in side:
+        expr = panel["targets"][0]["expr"]
+        assert re.match(r"max by \(site, vantage, ", expr), expr
+        assert "{{vantage}}{{site}}" in panel["targets"][0]["legendFormat"]
 
 
 def _range_problems(expr: str) -> list[str]:

@@ -28,17 +28,22 @@ from packaging.specifiers import SpecifierSet
 
 from exporter import __version__
 from exporter.config.load import load_config
+from exporter.config.values import parse_duration
 from exporter.config.yamlfile import ConfigError
-from exporter.monitoring import prometheusrule
+from exporter.diagnosis import promqueries
+from exporter.monitoring import names, prometheusrule
 from exporter.stack import configs
 from exporter.stack.state import Ports
-from tests.support import ROOT
+from tests.support import ROOT, generated
+from tests.support.lab import fleet
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 KUBE_DIR = ROOT / "deploy/kubernetes"
 #: The Kubernetes release the manifests are checked against (kubernetes-validate ships it).
 KUBERNETES_VERSION = "1.33.0"
 SCHEMAS = Path(__file__).parent / "schemas"
+#: A series name in PromQL: an exporter family (or its sample) or a recorded name.
+SERIES = re.compile(r"\b(?:llm_[a-z0-9_]+|[a-z_]+:[a-z0-9_]+:[a-z0-9_]+)\b")
 
 
 def compose() -> dict[str, Any]:
@@ -94,7 +99,8 @@ def container_layout(tmp_path: Path, service: dict[str, Any]) -> Path:
 
 def flag(service: dict[str, Any], name: str) -> str:
     for arg in service["command"]:
-        if arg.startswith(f"--{name}="):
+        # Prometheus' flags take two dashes, VictoriaMetrics' one.
+        if arg.startswith((f"--{name}=", f"-{name}=")):
             return str(arg.split("=", 1)[1])
     raise AssertionError(f"no --{name} in {service['command']}")
 
@@ -433,18 +439,23 @@ def test_prometheusrule_carries_exactly_the_generated_rules() -> None:
 # --- systemd ---------------------------------------------------------------------------------
 
 UNIT = ROOT / "deploy/systemd/llm-latency-exporter.service"
+#: A fleet edge's Prometheus (docs/scaling.md), beside the exporter on a vantage point.
+EDGE_UNIT = ROOT / "deploy/systemd/llm-latency-edge.service"
 
 
-def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", [UNIT, EDGE_UNIT], ids=lambda p: p.name)
+def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path, path: Path) -> None:
     assert shutil.which("systemd-analyze"), "the systemd package provides it (make system-deps)"
-    # verify checks that ExecStart= is executable, so it runs against a root where the
-    # install path exists; the distribution's units (sysinit.target, ...) are copied in.
-    exec_start = re.search(r"^ExecStart=(\S+)", UNIT.read_text(), re.M)
-    assert exec_start
-    binary = tmp_path / exec_start.group(1).lstrip("/")
-    binary.parent.mkdir(parents=True)
-    binary.write_text("#!/bin/sh\n")
-    binary.chmod(0o755)
+    # verify checks that every Exec*= command is executable, so it runs against a root
+    # where the install paths exist; the distribution's units (sysinit.target, ...) are
+    # copied in.
+    commands = re.findall(r"^Exec\w+=(/\S+)", path.read_text(), re.M)
+    assert any(line.startswith("ExecStart=") for line in path.read_text().splitlines())
+    for command in commands:
+        binary = tmp_path / command.lstrip("/")
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        binary.write_text("#!/bin/sh\n")
+        binary.chmod(0o755)
     units = tmp_path / "usr/lib/systemd/system"
     units.mkdir(parents=True)
     for source in ("/usr/lib/systemd/system", "/lib/systemd/system"):
@@ -452,12 +463,12 @@ def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
             if unit.is_file() and not unit.is_symlink() and not (units / unit.name).exists():
                 shutil.copyfile(unit, units / unit.name)
     (tmp_path / "etc/systemd/system").mkdir(parents=True)
-    shutil.copyfile(UNIT, tmp_path / "etc/systemd/system" / UNIT.name)
-    result = run(["systemd-analyze", "verify", f"--root={tmp_path}", UNIT.name])
+    shutil.copyfile(path, tmp_path / "etc/systemd/system" / path.name)
+    result = run(["systemd-analyze", "verify", f"--root={tmp_path}", path.name])
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     # Unknown or misspelt keys are only warnings to systemd; here they fail.
-    assert UNIT.name not in output, output
+    assert path.name not in output, output
 
 
 def test_systemd_unit_hardening() -> None:
@@ -528,3 +539,105 @@ def test_local_receivers_replaces_every_kind_of_endpoint() -> None:
     assert chat["slack_configs"] == [{"channel": "#c", "api_url": "http://127.0.0.1:9/chat"}]
     assert blackhole == {"name": "blackhole"}
     assert config["receivers"][0]["webhook_configs"][0]["url"] == "https://a"  # not mutated
+
+
+# --- a fleet: edges, their keep-list, the compose profile, Kubernetes labels -----------------
+
+EDGE_TEMPLATE = ROOT / "deploy/prometheus/edge.yml"
+FLEET_EDGES = {"prometheus-edge-site": {"site": "demo-gpu"},
+               "prometheus-edge-vantage": {"vantage": "demo-ct"}}
+
+
+def test_edge_template_filled_in_passes_promtool_with_the_generated_rules(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "rules").mkdir()
+    for rules in (ROOT / "alerts/rules").glob("*.yaml"):
+        shutil.copyfile(rules, tmp_path / "rules" / rules.name)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(fleet.render_edge({"vantage": "ct-gz"}, "127.0.0.1:9400", "am:9093",
+                                        "http://vm:8428/api/v1/write", "15s"))
+    result = run(["promtool", "check", "config", str(config)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 2 rule files found" in result.stdout
+    loaded = yaml.safe_load(config.read_text())
+    assert loaded["global"]["external_labels"] == {"vantage": "ct-gz"}
+    # The placeholders are the ones the header's envsubst line sets, and no other.
+    header = "".join(line for line in EDGE_TEMPLATE.read_text().splitlines(keepends=True)
+                     if line.startswith("#"))
+    placeholders = set(re.findall(r"\$\{(\w+)\}", EDGE_TEMPLATE.read_text()))
+    assert placeholders == {"EXTERNAL_LABELS", "INTERVAL", "EXPORTER", "ALERTMANAGER",
+                            "REMOTE_WRITE_URL"}
+    assert all(f"{p}=" in header for p in placeholders)
+
+
+def test_the_keep_list_ships_what_central_dashboards_and_the_diagnosis_read() -> None:
+    # What central reads: every series a dashboard panel queries, and every one the
+    # diagnosis' Prometheus source queries over the recording window (names.RATE), where
+    # it reads the recorded quantiles.
+    read = {name for q in generated.queries() for name in SERIES.findall(q.expr)}
+    window = parse_duration(names.RATE)
+    read |= {name for expr in promqueries.all_queries(window, generated.example()).values()
+             for name in SERIES.findall(expr)}
+    assert {n for n in read if not fleet.ships(n)} == set()
+    # Raw buckets travel only where something reads them raw; the recorded off-peak bucket
+    # rates (probe_le:..., path_le:...) stay at the edge, their quantiles travel.
+    assert fleet.shipped_buckets() == {n for n in read if n.endswith("_bucket")}
+    assert not fleet.ships("llm_probe_time_to_first_token_seconds_bucket")
+    assert not fleet.ships(names.PROBE_TTFT_PEAK.offpeak_buckets)
+    assert fleet.ships(names.PROBE_TTFT.p95) and fleet.ships("up")
+
+
+def test_docs_scaling_shows_the_template_s_keep_list() -> None:
+    text = (ROOT / "docs/scaling.md").read_text()
+    shown = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)
+             if "write_relabel_configs" in block]
+    assert shown, "docs/scaling.md shows no write_relabel_configs"
+    for doc in shown:
+        (remote,) = doc["remote_write"]
+        assert remote["write_relabel_configs"] == fleet.keep_list()
+
+
+def test_compose_fleet_edges_are_the_template_filled_in_and_pass_promtool(
+    tmp_path: Path,
+) -> None:
+    compose_services = services()
+    assert {n for n, s in compose_services.items() if "fleet" in s.get("profiles", [])} == {
+        *FLEET_EDGES, "victoriametrics", "exporter-vantage", "exporter-demo", "simulator"}
+    for name, labels in FLEET_EDGES.items():
+        service = compose_services[name]
+        root = container_layout(tmp_path / name, service)
+        config = root / flag(service, "config.file").lstrip("/")
+        result = run(["promtool", "check", "config", str(config)])
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert flag(service, "storage.tsdb.retention.time") == "2d"
+        loaded = yaml.safe_load(config.read_text())
+        (job,) = loaded["scrape_configs"]
+        (exporter,) = job["static_configs"][0]["targets"]
+        (alertmanager,) = loaded["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+        url = loaded["remote_write"][0]["url"]
+        body = config.read_text().split("\n", 3)[3]  # after the "generated from" lines
+        assert body == fleet.render_edge(labels, exporter, alertmanager, url, "15s"), name
+        # Every host is a compose service (or an alias of one) on its container port.
+        vm_port = int(flag(compose_services["victoriametrics"], "httpListenAddr")[1:])
+        assert url == f"http://victoriametrics:{vm_port}/api/v1/write"
+        assert alertmanager == "alertmanager:9093"
+        host = exporter.rpartition(":")[0]
+        aliases = {a for s in compose_services.values()
+                   for n in (s.get("networks") or {}).values() for a in (n or {}).get("aliases", [])}
+        assert host in set(compose_services) | aliases, exporter
+
+
+def test_kubernetes_workloads_carry_the_fleet_labels_the_service_monitor_maps() -> None:
+    docs = {d["kind"]: d for _, d in kube_docs() if d["kind"] in (
+        "DaemonSet", "Deployment", "ServiceMonitor")}
+    pod_label = {"DaemonSet": "llm-latency-exporter/site",
+                 "Deployment": "llm-latency-exporter/vantage"}
+    for kind, label in pod_label.items():
+        assert docs[kind]["spec"]["template"]["metadata"]["labels"][label]
+    relabel = {r["targetLabel"]: r["sourceLabels"] for e in docs["ServiceMonitor"]["spec"][
+        "endpoints"] for r in e.get("relabelings", [])}
+    for kind, label in pod_label.items():
+        meta = "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+        assert relabel[label.rpartition("/")[2]] == [meta], kind
+    assert set(names.FLEET) <= set(relabel)

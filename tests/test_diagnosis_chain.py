@@ -174,6 +174,58 @@ def test_loss_on_one_carrier_plus_overload_names_both_network_first() -> None:
     valid(d)
 
 
+NO_BASELINE = dict(prompt_tokens_baseline=None, request_rate_baseline=None)
+
+
+@pytest.mark.parametrize(("engine_kw", "want", "replaced"), [
+    # Long prompts are why prefill is slow: the verdict is theirs, the split its evidence.
+    (dict(ttft_p95=2.0, prefill_seconds=600.0, prompt_tokens_mean=6000.0,
+          prompt_tokens_baseline=1500.0), ("application", "long_prompts"), "slow_prefill"),
+    # No baseline yet (a young history): the split is all the chain knows, never a guess.
+    (dict(ttft_p95=2.0, prefill_seconds=600.0, prompt_tokens_mean=6000.0, **NO_BASELINE),
+     ("engine", "slow_prefill"), ""),
+    # Queued at the batch limit with no growth to blame: capacity.
+    (dict(**QUEUED, **NO_BASELINE), ("engine", "queueing"), ""),
+    (dict(**QUEUED, request_rate=0.5, request_rate_baseline=0.45), ("engine", "queueing"), ""),
+    # The same queue with the request rate 4x its baseline: more clients at the same
+    # capacity is why it queues.
+    (dict(**QUEUED, request_rate=2.0, request_rate_baseline=0.5),
+     ("application", "client_concurrency"), "queueing"),
+    # A full cache that preempts is why requests queue: one cause, the cache's.
+    (dict(**QUEUED, kv_cache_usage=0.99, preemptions=14.0, **NO_BASELINE),
+     ("engine", "kv_cache_pressure"), "queueing"),
+    # A full cache without preemptions admits what it holds: the queue is capacity.
+    (dict(**QUEUED, kv_cache_usage=0.99, preemptions=0.0, **NO_BASELINE),
+     ("engine", "queueing"), ""),
+])
+def test_a_cause_replaces_the_engine_split_it_explains(
+        engine_kw: dict[str, Any], want: tuple[str, str], replaced: str) -> None:
+    d = diagnose(all_probes(with_engine(healthy(), **engine_kw), **SLOW_ALL))
+    got = [(v.layer, v.cause) for v in d.verdicts]
+    assert got == [want], render(d)
+    if replaced:  # the split is not reported again, but stays in the evidence
+        assert not any(v.cause == replaced for v in d.verdicts)
+        assert len(d.verdicts[0].evidence) > 1
+    valid(d)
+
+
+def test_stalls_the_engine_makes_itself_are_not_the_networks() -> None:
+    # A preempting cache pauses a stream for seconds while most tokens flow: the engine's
+    # ITL P95 is fine, but its own gaps over the stall line say where the stall is.
+    obs = all_probes(with_engine(healthy(), kv_cache_usage=0.99, preemptions=14.0, stalls=3,
+                                 **QUEUED), **SLOW_ALL)
+    obs = _mobile(obs, stalls=1, itl_p99=3.6)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("engine", "kv_cache_pressure")], \
+        render(d)
+    assert "tpot" in d.verdicts[0].symptoms
+    # The same client stalls with an engine that never paused: on the way.
+    d = diagnose(_mobile(healthy(), stalls=1, itl_p99=3.6))
+    assert d.verdicts[0].cause == "stream_stalls", render(d)
+    d = diagnose(with_engine(_mobile(healthy(), stalls=1, itl_p99=3.6), stalls=0))
+    assert d.verdicts[0].cause == "stream_stalls", render(d)
+
+
 def test_loss_on_a_carrier_without_symptoms_is_no_verdict() -> None:
     d = diagnose(with_path(healthy(), "mobile", lost=12))
     assert d.status == "healthy" and not d.verdicts

@@ -22,10 +22,11 @@ from prometheus_client import CollectorRegistry
 from exporter import metrics
 from exporter.config.load import parse_config
 from exporter.diagnosis import stats
-from exporter.diagnosis.embedded import observe
+from exporter.diagnosis.embedded import history_facts, observe
+from exporter.diagnosis.families import RawSample, raw_samples
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis, Evidence, Step, Verdict
-from exporter.diagnosis.windows import MIN_BASELINE_SECONDS, History, RawSample, raw_samples
+from exporter.diagnosis.windows import MIN_BASELINE_SECONDS, History
 from exporter.runtime import page
 from exporter.runtime.app import App
 from tests.support.procs import Proc, free_port, http_get, wait_until
@@ -140,12 +141,18 @@ def test_series_appearing_inside_the_window() -> None:
 
 
 # --- baselines and memory ------------------------------------------------------------------
-def test_baseline_only_off_peak_and_only_after_30_minutes() -> None:
-    h = History(window=600, interval=60, history=6 * 3600)
+def test_baseline_only_off_peak_only_before_the_window_and_after_30_minutes() -> None:
+    window = 600.0
+    h = History(window=window, interval=60, history=6 * 3600)
     peak = metrics.EXPORTER_PEAK_WINDOW.name
     fast = {0.25: 0.0, 0.5: 0.0, 1.0: 0.0, INF: 0.0}
     t = 0.0
-    minutes = int(MIN_BASELINE_SECONDS // 60)
+
+    def fast_p95() -> float | None:
+        return stats.histogram_quantile(0.95, stats.buckets(h.baseline.items(TTFT_BUCKET), {}))
+
+    # The window is not part of its own baseline: 30 minutes before it, 40 in all.
+    minutes = int((MIN_BASELINE_SECONDS + window) // 60)
     for i in range(minutes + 1):
         # One request a minute, all between 0.25 and 0.5 s.
         fast = {le: c + (1 if le >= 0.5 else 0) for le, c in fast.items()}
@@ -154,14 +161,51 @@ def test_baseline_only_off_peak_and_only_after_30_minutes() -> None:
             assert not h.baseline.ready
         t += 60
     assert h.baseline.ready
-    slow = dict(fast)
-    for _ in range(20):  # peak time, all slow: must not move the baseline
-        slow = {le: c + (1 if le == INF else 0) for le, c in slow.items()}
-        h.record([*ttft(slow), (peak, {"window": "evening"}, 1.0)], at=t)
-        t += 60
-    base = stats.histogram_quantile(0.95, stats.buckets(h.baseline.items(TTFT_BUCKET), {}))
-    assert base is not None and 0.25 < base <= 0.5
     assert h.baseline.seconds == MIN_BASELINE_SECONDS
+    slow = dict(fast)
+    for in_peak in [1.0] * 20 + [0.0] * 10:
+        # Peak time, then a slow window off-peak: neither moves the baseline.
+        slow = {le: c + (1 if le == INF else 0) for le, c in slow.items()}
+        h.record([*ttft(slow), (peak, {"window": "evening"}, in_peak)], at=t)
+        t += 60
+        base = fast_p95()
+        assert base is not None and 0.25 < base <= 0.5
+    # The fast window of the first phase has joined since: 40 minutes of fast requests.
+    assert h.baseline.seconds == MIN_BASELINE_SECONDS + window
+
+
+def test_a_short_min_baseline_gives_baselines_within_minutes() -> None:
+    config = parse_config("diagnosis: {window: 30s, interval: 2s, history: 10m, "
+                          "min_baseline: 20s}\n")
+    h = History.from_config(config.diagnosis)
+    assert h.coarse_step == 2 and h.baseline.min_seconds == 20
+    t, n = 0.0, 0.0
+    while t < 48:
+        n += 1
+        h.record([counter(n)], at=t)
+        t += 2
+    assert not h.baseline.ready  # 46 s recorded, 16 s of them before the window
+    h.record([counter(n + 1)], at=t)
+    h.record([counter(n + 2)], at=t + 2)
+    assert h.baseline.ready and h.baseline.seconds == 20
+
+
+def test_route_classes_and_batch_peaks_between_coarse_snapshots_are_kept() -> None:
+    """A gauge held only between two coarse snapshots (a route class that was replaced, a
+    batch briefly at its limit) still reaches the history: the best class and the batch
+    limit come from it."""
+    info = metrics.PATH_ROUTE_INFO.name
+    running = metrics.ENGINE_REQUESTS_RUNNING.name
+    route = dict(zip(metrics.ROUTE_LABELS, ("telecom", "sh"), strict=True))
+    h = History(window=30, interval=2, history=600, coarse_step=60)
+    for t in range(0, 200, 2):
+        cls = "cn2_gia" if 10 <= t < 40 else "chinanet_163"
+        busy = 16.0 if t == 20 else 4.0
+        h.record([(info, {**route, "route_class": cls}, 1.0),
+                  (running, {"target": "main"}, busy)], at=float(t))
+    facts = history_facts(h)
+    assert facts.route_classes[("telecom", "sh")] == {"cn2_gia", "chinanet_163"}
+    assert facts.running_max["main"] == 16.0
 
 
 def test_deques_and_snapshots_never_exceed_their_bounds() -> None:
@@ -199,6 +243,7 @@ def test_observe_maps_every_layer() -> None:
     route = {"carrier": "mobile", "target": "sh"}
     eng = {"target": "main", "engine": "vllm", "model": "m", "dp_rank": ""}
     runs = metrics.EXPORTER_CHECK_RUNS.name
+    itl = f"{metrics.ENGINE_ITL.name}_bucket"
 
     def samples(n: float, up: float, route_class: str) -> list[RawSample]:
         return [
@@ -212,6 +257,10 @@ def test_observe_maps_every_layer() -> None:
             (metrics.ENGINE_UP.name, {"target": "main"}, up),
             (metrics.ENGINE_REQUESTS_RUNNING.name, eng, 3.0 + n % 2),
             (f"{metrics.ENGINE_QUEUE_TIME.name}_sum", eng, 0.5 * n),
+            # One gap between 1 and 2.5 s a snapshot, beside ten short ones.
+            (itl, {**eng, "le": "1.0"}, 10 * n), (itl, {**eng, "le": "2.5"}, 11 * n),
+            (itl, {**eng, "le": "+Inf"}, 11 * n),
+            (metrics.ENGINE_KV_CACHE_USAGE.name, eng, 0.97 if n == 7 else 0.5),
             (runs, {"check": "engine/main", "outcome": "success"}, 5.0),
             (runs, {"check": "engine/main", "outcome": "error"}, n),
             (runs, {"check": "probe/p", "outcome": "success"}, n),
@@ -236,6 +285,9 @@ def test_observe_maps_every_layer() -> None:
     (e,) = obs.engines
     assert e.up is False and e.queue_seconds == pytest.approx(4.5)
     assert e.running_max == 4 and e.running == pytest.approx(3.5, abs=0.06)
+    # Gaps over the 2 s stall line as far as the buckets tell (over 1 s): one a snapshot.
+    assert e.stalls == 9
+    assert e.kv_cache_usage == 0.97  # the fullest it got, not the mean
     # engine/main failed in the window and never succeeded in it; probe/p succeeded.
     assert obs.failing_checks == ("engine/main",)
 

@@ -28,6 +28,7 @@ import pytest
 from exporter import metrics
 from exporter.config.load import load_config
 from exporter.config.models import Config
+from exporter.config.policy import DiagnosisConfig
 from exporter.diagnosis import cli, promqueries
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.prometheus import PrometheusError, observe
@@ -65,6 +66,8 @@ paths:
   carriers:
     lab: [{{name: lo, host: 127.0.0.1, region: local, protocol: tcp, port: {sim}}}]
 gpu: {{enabled: true, interval: 1s}}
+# Baselines from the run's own history: it is a minute long, not the default half hour.
+diagnosis: {{min_baseline: 20s}}
 """
 
 # The edge scrapes the exporter, runs the rules, has the fleet's external labels.
@@ -188,6 +191,7 @@ def test_observations_carry_what_the_exporter_measured(lab: dict[str, Any],
         assert part is not None and part >= 0
     assert engine.decode_seconds and engine.engine_seconds
     assert engine.ttft_p95 is not None and engine.itl_p95 is not None
+    assert engine.stalls == 0  # the simulator never pauses a stream for seconds
     assert engine.running is not None and engine.waiting is not None
     # The fast simulator rarely has a request in flight at a scrape: a max, not a count.
     assert engine.running_max is not None and engine.running_max >= engine.running
@@ -215,6 +219,24 @@ def test_observations_carry_what_the_exporter_measured(lab: dict[str, Any],
     if window == 300.0:
         assert gpu.xid_errors >= 1  # the XID the lab's NVML reports at start
     assert all(isinstance(c, str) and "/" in c for c in obs.failing_checks)
+
+
+def test_engine_baselines_stand_on_the_history_they_cover(lab: dict[str, Any]) -> None:
+    """The request rate before the window is over the time Prometheus has data for, not
+    over the whole 12h baseline window (which would make any load look like a surge), and
+    there is no baseline at all under diagnosis.min_baseline of it."""
+    at = dt.datetime.now(dt.UTC)
+    (engine,) = observe(lab["prom"], lab["config"], at, 10.0).engines
+    # The probe sends one request a second (and the fast simulator answers it).
+    assert engine.request_rate_baseline is not None
+    assert 0.3 < engine.request_rate_baseline < 3, engine.request_rate_baseline
+    assert engine.prompt_tokens_baseline is not None and engine.prompt_tokens_baseline > 0
+    strict = lab["config"].model_copy(
+        update={"diagnosis": DiagnosisConfig(min_baseline="1h")})
+    (engine,) = observe(lab["prom"], strict, at, 10.0).engines
+    assert engine.request_rate_baseline is None and engine.prompt_tokens_baseline is None
+    (probe,) = observe(lab["prom"], strict, at, 10.0).probes
+    assert probe.ttft_p95_baseline is None and probe.prompt_tokens_baseline is None
 
 
 def test_a_window_with_no_data_is_empty_not_zero(lab: dict[str, Any]) -> None:

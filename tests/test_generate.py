@@ -235,3 +235,24 @@ def test_alert_annotation_contract() -> None:
             if not facts and name not in ("LLMGPUXidError", "LLMPathRouteDegraded",
                                           "LLMExporterCheckFailing"):
                 assert re.search(r"threshold|SLO", notes["description"]), name
+
+
+CLAUSE = re.compile(r"\b(by|on|without|ignoring)\s*\(([^)]*)\)")
+BARE_AGGREGATION = re.compile(r"\b(sum|min|max|avg|count|group|stddev|stdvar)\s*\(")
+
+
+def test_every_grouping_and_join_keeps_the_fleet_labels() -> None:
+    # Evaluated centrally on remote-written series (docs/scaling.md), a rule that dropped
+    # site or vantage would merge vantage points; at the edge the labels are absent and the
+    # clause keeps nothing more.
+    problems = []
+    for path in (ROOT / "alerts/rules").glob("*.yaml"):
+        for rule in rules_of(path.read_text()):
+            name = rule.get("record") or rule["alert"]
+            for kind, labels in CLAUSE.findall(rule["expr"]):
+                kept = {x.strip() for x in labels.split(",")}
+                if kind in ("without", "ignoring") or not {"site", "vantage"} <= kept:
+                    problems.append(f"{name}: {kind} ({labels})")
+            problems += [f"{name}: {m}(... without by" for m in
+                         BARE_AGGREGATION.findall(rule["expr"])]
+    assert not problems

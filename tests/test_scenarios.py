@@ -32,15 +32,7 @@ FILES = scenario_files(SCENARIOS)
 #: Scenarios the chain and its sources do not yet diagnose as expected (issue 12 is open on
 #: them). They still run: an xfail records what each one gives today; remove the entry
 #: once the run passes.
-KNOWN_GAPS = {
-    "long-prompts": "embedded: engine/slow_prefill comes out primary, not application/long_prompts",
-    "loss-and-overload": "prometheus: the secondary is application/client_concurrency, not engine/queueing",
-    "loss-mobile": "prometheus: no verdict from the 30 s window (embedded passes)",
-    "overload": "prometheus: application/client_concurrency instead of engine/queueing",
-    "route-change": "embedded: exporter/no_data for the telecom probe; prometheus: no verdict",
-    "rtt-budget": "prometheus: no verdict from the 30 s window (embedded passes)",
-    "small-kv-cache": "kv_cache_pressure not primary: queueing (embedded), long_prompts (prometheus)",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _param(path: Path) -> object:

@@ -4,6 +4,7 @@ mixin's ``_config``) and how the decision chain judges (``diagnosis``)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -187,6 +188,9 @@ class DiagnosisConfig(StrictModel):
     history: Duration = 6 * 3600.0
     # A verdict needs at least this many finished probe requests (or packets) in the window.
     min_requests: Annotated[int, Field(ge=1)] = 3
+    # A baseline (an off-peak statistic from before the window) needs this much off-peak
+    # time behind it: a few minutes of data are not what "usual" looks like.
+    min_baseline: Duration = 1800.0
     # A statistic this many times its off-peak baseline is drifting, SLO met or not.
     drift_ratio: Annotated[float, Field(gt=1)] = 1.5
     failure_ratio: Ratio | None = None  # default slo.probe_failure_ratio
@@ -220,4 +224,21 @@ class DiagnosisConfig(StrictModel):
                 {"i": format_duration(self.interval), "w": format_duration(self.window),
                  "h": format_duration(self.history)},
             )
+        # Checked when set: a default longer than a short history only means no baselines.
+        if "min_baseline" in self.model_fields_set and \
+                not self.interval < self.min_baseline <= self.history:
+            raise PydanticCustomError(
+                "window",
+                "expected interval < min_baseline <= history, got {i}, {b}, {h}",
+                {"i": format_duration(self.interval), "b": format_duration(self.min_baseline),
+                 "h": format_duration(self.history)},
+            )
         return self
+
+    @property
+    def baseline_step(self) -> float:
+        """Resolution of the baselines: the embedded source's coarse snapshots and the
+        Prometheus source's coverage steps. A minute, finer where ``min_baseline`` is short
+        (ten steps in the shortest baseline), never finer than ``interval``; whole seconds,
+        as PromQL subquery steps are."""
+        return float(max(math.ceil(self.interval), min(60, math.ceil(self.min_baseline / 10))))

@@ -3,7 +3,8 @@
 Each statistic is the one the Prometheus source reads through PromQL over the same families
 (increases, ``histogram_quantile`` over summed bucket increases, ``avg_over_time``), so both
 sources hand the chain the same numbers for the same samples. What the history cannot give
-yet (a baseline before 30 min of off-peak time, a family no check fills) is None.
+yet (a baseline before ``diagnosis.min_baseline`` of off-peak time before the window, a
+family no check fills) is None.
 """
 
 from __future__ import annotations
@@ -66,10 +67,8 @@ def quantile(
     return stats.histogram_quantile(q, stats.buckets(items, match))
 
 
-def _mean_over(window: Window, sample: str, match: dict[str, str], agg: str = "sum") -> (
-    float | None
-):
-    """``avg_over_time`` of the sum (or max) over the matching series at each snapshot."""
+def _mean_over(window: Window, sample: str, match: dict[str, str]) -> float | None:
+    """``avg_over_time`` of the sum over the matching series at each snapshot."""
     per_snapshot: dict[int, list[float]] = {}
     for key, values in window.over_time(sample).items():
         if not stats.matches(key[1], match):
@@ -80,8 +79,24 @@ def _mean_over(window: Window, sample: str, match: dict[str, str], agg: str = "s
             per_snapshot.setdefault(j - n, []).append(v)
     if not per_snapshot:
         return None
-    combined = [sum(vs) if agg == "sum" else max(vs) for vs in per_snapshot.values()]
+    combined = [sum(vs) for vs in per_snapshot.values()]
     return sum(combined) / len(combined)
+
+
+def _max_over(window: Window, sample: str, match: dict[str, str]) -> float | None:
+    """``max_over_time`` of the highest matching series: the fullest rank at its fullest."""
+    values = [v for key, vs in window.over_time(sample).items()
+              if stats.matches(key[1], match) for v in vs]
+    return max(values) if values else None
+
+
+def _over(bucket_increases: list[tuple[Key, float]], match: dict[str, str],
+          threshold: float) -> int | None:
+    """Observations over ``threshold`` (over the highest bucket bound at or under it)."""
+    counts = stats.buckets(bucket_increases, match)
+    if not counts:
+        return None
+    return _int(max(counts.values()) - stats.below(counts, threshold))
 
 
 def _baseline(base: Baseline, sample: str, match: dict[str, str]) -> float | None:
@@ -106,12 +121,7 @@ def probe_window(cfg: ProbeConfig, config: Config, w: Window, base: Baseline) ->
          if stats.matches(k[1], match)),
         urlsplit(cfg.url).netloc,
     )
-    stall = inc(_bucket(metrics.PROBE_STALL))
-    stall_counts = stats.buckets(stall, match)
-    stalls = (
-        _int(max(stall_counts.values()) - stats.below(stall_counts, config.alerting.stall_seconds))
-        if stall_counts else 0
-    )
+    stalls = _over(inc(_bucket(metrics.PROBE_STALL)), match, config.alerting.stall_seconds) or 0
     phases = inc(_bucket(metrics.PROBE_PHASE))
     setup = [
         quantile(0.95, phases, {**match, _PHASE: p, _CONNECTION: NEW_CONNECTION})
@@ -198,7 +208,7 @@ def history_facts(history: History) -> HistoryFacts:
 
 
 def engine_window(
-    cfg: EngineConfig, w: Window, base: Baseline, facts: HistoryFacts
+    cfg: EngineConfig, w: Window, base: Baseline, facts: HistoryFacts, stall_seconds: float
 ) -> EngineWindow:
     match = {_TARGET: cfg.name}
 
@@ -224,11 +234,11 @@ def engine_window(
         decode_seconds=stats.total(inc(_sum(metrics.ENGINE_DECODE_TIME)), match),
         ttft_p95=quantile(0.95, inc(_bucket(metrics.ENGINE_TTFT)), match),
         itl_p95=quantile(0.95, inc(_bucket(metrics.ENGINE_ITL)), match),
+        stalls=_over(inc(_bucket(metrics.ENGINE_ITL)), match, stall_seconds),
         running=_mean_over(w, metrics.ENGINE_REQUESTS_RUNNING.name, match),
         waiting=_mean_over(w, metrics.ENGINE_REQUESTS_WAITING.name, match),
         running_max=facts.running_max.get(cfg.name),
-        # The fullest rank is the one that preempts: max over ranks, not a sum of ratios.
-        kv_cache_usage=_mean_over(w, metrics.ENGINE_KV_CACHE_USAGE.name, match, agg="max"),
+        kv_cache_usage=_max_over(w, metrics.ENGINE_KV_CACHE_USAGE.name, match),
         preemptions=stats.total(inc(metrics.ENGINE_PREEMPTIONS.name), match) or 0.0,
         prompt_tokens_mean=stats.ratio(prompt, requests),
         prompt_tokens_baseline=stats.ratio(base_prompt, base_requests),
@@ -366,7 +376,8 @@ def observe_window(
         source="exporter",
         probes=tuple(probe_window(p, config, w, base) for p in config.probes),
         paths=tuple(paths),
-        engines=tuple(engine_window(e, w, base, facts) for e in config.engines),
+        engines=tuple(engine_window(e, w, base, facts, config.alerting.stall_seconds)
+                      for e in config.engines),
         gpus=tuple(gpu_windows(config, w)),
         failing_checks=failing_checks(w),
     )

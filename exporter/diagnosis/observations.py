@@ -92,10 +92,15 @@ class EngineWindow:
     decode_seconds: float | None = None
     ttft_p95: float | None = None  # the engine's own TTFT
     itl_p95: float | None = None  # the engine's own inter-token latency
+    #: The engine's own inter-token gaps over alerting.stall_seconds (over the highest bucket
+    #: bound at or under it): a preempted request waits in the engine, not on the way.
+    stalls: int | None = None
     running: float | None = None
     waiting: float | None = None
     #: The most requests seen running at once in the history: the batch limit in practice.
     running_max: float | None = None
+    #: The fullest the cache got in the window (max over time of the fullest rank): a
+    #: preempting cache frees blocks as it preempts, so its mean reads below full.
     kv_cache_usage: float | None = None
     preemptions: float = 0.0
     prompt_tokens_mean: float | None = None

@@ -57,6 +57,15 @@ def mean(total: float | None, n: float | None) -> float | None:
     return total / n
 
 
+def covered(steps: float | None, config: Config) -> float | None:
+    """Seconds of history a baseline stands on (``promqueries.coverage``); None under
+    ``diagnosis.min_baseline``, as the embedded source has no baseline until then."""
+    if steps is None:
+        return None
+    seconds = steps * config.diagnosis.baseline_step
+    return seconds if seconds >= config.diagnosis.min_baseline else None
+
+
 class PrometheusSource:
     """Observations from one Prometheus-compatible API; ``config`` gives the SLOs, the
     thresholds the queries need (stall length, throttle share) and the baseline spans."""
@@ -137,7 +146,7 @@ def _probes(r: Results, config: Config) -> list[ProbeWindow]:
     stat = {name: keyed(r[name], key) for name in (
         "probe_ttft_p95", "probe_tpot_p95", "probe_itl_p99", "probe_connect_p95",
         "probe_prompt_tokens", "probe_prompt_tokens_before", "probe_ok_before",
-        "probe_ttft_baseline", "probe_tpot_baseline")}
+        "probe_ttft_baseline", "probe_tpot_baseline", "probe_baseline_steps")}
     stalls = _stalls(r["probe_stall_buckets"], key, config.alerting.stall_seconds)
     seen = set(outcomes) | {k for name in ("probe_ttft_p95", "probe_tpot_p95")
                             for k in stat[name]}
@@ -149,6 +158,11 @@ def _probes(r: Results, config: Config) -> list[ProbeWindow]:
         probe = probes.get(labels["probe"])
         slo = probe.slo if probe is not None else None
         ok = got.get(ProbeOutcome.OK.value, 0)
+        ready = covered(stat["probe_baseline_steps"].get(k), config) is not None
+
+        def base(name: str, k: Key = k, ready: bool = ready) -> float | None:
+            return stat[name].get(k) if ready else None
+
         out.append(ProbeWindow(
             probe=labels["probe"],
             target=labels["target"],
@@ -165,10 +179,10 @@ def _probes(r: Results, config: Config) -> list[ProbeWindow]:
             stalls=stalls.get(k, 0),
             connect_p95=stat["probe_connect_p95"].get(k),
             prompt_tokens_mean=mean(stat["probe_prompt_tokens"].get(k), ok),
-            ttft_p95_baseline=stat["probe_ttft_baseline"].get(k),
-            tpot_p95_baseline=stat["probe_tpot_baseline"].get(k),
-            prompt_tokens_baseline=mean(stat["probe_prompt_tokens_before"].get(k),
-                                        stat["probe_ok_before"].get(k)),
+            ttft_p95_baseline=base("probe_ttft_baseline"),
+            tpot_p95_baseline=base("probe_tpot_baseline"),
+            prompt_tokens_baseline=mean(base("probe_prompt_tokens_before"),
+                                        base("probe_ok_before")),
             slo_ttft=(slo.ttft_p95_seconds if slo and slo.ttft_p95_seconds is not None
                       else config.slo.ttft_p95_seconds),
             slo_tpot=(slo.tpot_p95_seconds if slo and slo.tpot_p95_seconds is not None
@@ -214,7 +228,7 @@ def _paths(r: Results, config: Config) -> list[PathWindow]:
     key = pq.PATH_KEY
     stat = {name: keyed(r[name], key) for name in (
         "path_sent", "path_received", "path_rtt_mean", "path_jitter", "path_loss_baseline",
-        "path_rtt_baseline", "path_in_peak")}
+        "path_rtt_baseline", "path_in_peak", "path_baseline_steps")}
     routes = _routes(r, config.alerting.route_class_order)
     out = []
     for k in sorted(set(stat["path_sent"]) | set(stat["path_rtt_mean"])):
@@ -222,6 +236,7 @@ def _paths(r: Results, config: Config) -> list[PathWindow]:
         sent = count(stat["path_sent"].get(k))
         received = count(stat["path_received"].get(k))
         route = routes.get(tuple(labels[x] for x in pq.ROUTE_KEY), _Route(None, None, 0))
+        ready = covered(stat["path_baseline_steps"].get(k), config) is not None
         out.append(PathWindow(
             carrier=labels["carrier"],
             target=labels["target"],
@@ -233,8 +248,8 @@ def _paths(r: Results, config: Config) -> list[PathWindow]:
             lost=max(0, sent - received),
             rtt_mean=stat["path_rtt_mean"].get(k),
             jitter=stat["path_jitter"].get(k),
-            loss_baseline=stat["path_loss_baseline"].get(k),
-            rtt_baseline=stat["path_rtt_baseline"].get(k),
+            loss_baseline=stat["path_loss_baseline"].get(k) if ready else None,
+            rtt_baseline=stat["path_rtt_baseline"].get(k) if ready else None,
             in_peak=bool(stat["path_in_peak"].get(k)),
             route_class=route.current,
             best_route_class=route.best,
@@ -249,8 +264,8 @@ def _paths(r: Results, config: Config) -> list[PathWindow]:
 def _engines(r: Results, window: float, config: Config) -> list[EngineWindow]:
     key = pq.ENGINE_KEY
     stat = {name: keyed(samples, key) for name, samples in r.items()
-            if name.startswith("engine_")}
-    baseline = config.alerting.baseline_window
+            if name.startswith("engine_") and name != "engine_itl_buckets"}
+    stalls = _stalls(r["engine_itl_buckets"], key, config.alerting.stall_seconds)
     out = []
     for k in sorted(set(stat["engine_up"]) | set(stat["engine_requests"])):
         labels = dict(zip(key, k, strict=True))
@@ -260,7 +275,9 @@ def _engines(r: Results, window: float, config: Config) -> list[EngineWindow]:
 
         up = get("engine_up")
         requests = get("engine_requests")
-        before = get("engine_requests_before")
+        # Counts from before the window, over the history they actually cover.
+        span = covered(get("engine_baseline_steps"), config)
+        before = get("engine_requests_before") if span else None
         out.append(EngineWindow(
             engine=labels["target"],
             site=labels["site"],
@@ -271,6 +288,7 @@ def _engines(r: Results, window: float, config: Config) -> list[EngineWindow]:
             decode_seconds=get("engine_decode_seconds"),
             ttft_p95=get("engine_ttft_p95"),
             itl_p95=get("engine_itl_p95"),
+            stalls=stalls.get(k),
             running=get("engine_running"),
             waiting=get("engine_waiting"),
             running_max=get("engine_running_max"),
@@ -279,7 +297,7 @@ def _engines(r: Results, window: float, config: Config) -> list[EngineWindow]:
             prompt_tokens_mean=mean(get("engine_prompt_tokens"), requests),
             prompt_tokens_baseline=mean(get("engine_prompt_tokens_before"), before),
             request_rate=per_second(requests, window),
-            request_rate_baseline=per_second(before, baseline),
+            request_rate_baseline=per_second(before, span or 0.0),
         ))
     return out
 

@@ -22,11 +22,9 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.metrics import Family, ProbeOutcome
 from exporter.monitoring import names
-from exporter.monitoring.names import MODEL, RATE, SCRAPE, Quantiles
+from exporter.monitoring.names import FLEET, MODEL, RATE, SCRAPE, SOURCE, Quantiles
 from exporter.monitoring.promql import offpeak_gate, prom_duration
 
-#: External labels of a fleet's edge Prometheus servers (docs/scaling.md).
-FLEET = ("site", "vantage")
 PROBE_KEY = (*metrics.PROBE_LABELS, *FLEET)
 PATH_KEY = (*metrics.PATH_LABELS, *FLEET)
 ROUTE_KEY = (*metrics.ROUTE_LABELS, *FLEET)
@@ -53,17 +51,29 @@ class Window:
     baseline: str  # alerting.baseline_window
     history: str  # diagnosis.history: the batch limit seen in practice
     lookback: str  # alerting.route_lookback
+    step: str  # diagnosis.baseline_step: how finely a baseline's coverage is counted
 
     @classmethod
     def of(cls, seconds: float, config: Config) -> Window:
         return cls(prom_duration(seconds), prom_duration(config.alerting.baseline_window),
                    prom_duration(config.diagnosis.history),
-                   prom_duration(config.alerting.route_lookback))
+                   prom_duration(config.alerting.route_lookback),
+                   prom_duration(config.diagnosis.baseline_step))
 
 
 def increase(key: tuple[str, ...], series: str, window: str, offset: str = "") -> str:
     shift = f" offset {offset}" if offset else ""
     return f"sum by ({by(key)}) (increase({series}[{window}]{shift}))"
+
+
+def coverage(key: tuple[str, ...], series: str, w: Window, before: bool = True) -> str:
+    """Steps of ``w.step`` in the baseline window in which ``series`` has data: how much
+    history a baseline stands on (a new deployment's 12h baseline window holds minutes, and
+    a rate over 12h of them is no rate). The window before this one (``before``) for the
+    baselines computed here; up to now for the recorded ones, whose rules include it."""
+    shift = f" offset {w.range}" if before else ""
+    return (f"count_over_time((group by ({by(key)}) ({series}))"
+            f"[{w.baseline}:{w.step}]{shift})")
 
 
 def quantile(q: float, family: Family, level: tuple[str, ...], key: tuple[str, ...],
@@ -101,6 +111,7 @@ def probe_queries(w: Window) -> dict[str, str]:
         # The baseline window before this one: what prompts looked like until now.
         "probe_prompt_tokens_before": increase(k, prompt, w.baseline, w.range),
         "probe_ok_before": increase(k, ok, w.baseline, w.range),
+        "probe_baseline_steps": coverage(k, requests, w, before=False),
         "probe_ttft_baseline": f"max by ({by(k)}) ({names.PROBE_TTFT_PEAK.baseline})",
         "probe_tpot_baseline": f"max by ({by(k)}) ({names.PROBE_TPOT_PEAK.baseline})",
     }
@@ -118,7 +129,7 @@ def path_queries(w: Window) -> dict[str, str]:
     k, r = PATH_KEY, ROUTE_KEY
     rtt = metrics.PATH_RTT.name
     peak = metrics.EXPORTER_PEAK_WINDOW.name
-    instance = by((*SCRAPE, *FLEET))
+    instance = by(SOURCE)
     sent = metrics.PATH_PACKETS_SENT.name
     return {
         "path_sent": increase(k, sent, w.range),
@@ -127,6 +138,7 @@ def path_queries(w: Window) -> dict[str, str]:
                          f"{increase(k, f'{rtt}_count', w.range)}",
         "path_jitter": f"avg by ({by(k)}) (avg_over_time({metrics.PATH_JITTER.name}"
                        f'{{method="{metrics.PATH_JITTER_RFC3550}"}}[{w.range}]))',
+        "path_baseline_steps": coverage(k, sent, w, before=False),
         "path_loss_baseline": f"max by ({by(k)}) ({names.PATH_LOSS_BASELINE})",
         # No rule records an off-peak mean RTT (only its P95): computed the same way.
         "path_rtt_baseline": f"{_offpeak_sum(k, f'{rtt}_sum', w)}\n/\n"
@@ -143,7 +155,7 @@ def path_queries(w: Window) -> dict[str, str]:
 
 def engine_queries(w: Window) -> dict[str, str]:
     k = ENGINE_KEY
-    model = (*(x for x in MODEL.labels if x not in SCRAPE), *FLEET)
+    model = tuple(x for x in MODEL.labels if x not in SCRAPE)
 
     def inc(family: Family, suffix: str = "", before: bool = False) -> str:
         if before:
@@ -161,19 +173,23 @@ def engine_queries(w: Window) -> dict[str, str]:
         "engine_up": f"max by ({by(k)}) ({metrics.ENGINE_UP.name})",
         "engine_requests": finished,
         "engine_requests_before": finished_before,
+        "engine_baseline_steps": coverage(k, metrics.ENGINE_UP.name, w),
         "engine_queue_seconds": f"{inc(metrics.ENGINE_QUEUE_TIME, '_sum')}\nor\n"
                                 f"{inc(metrics.ENGINE_QUEUE_DURATION)}",
         "engine_prefill_seconds": inc(metrics.ENGINE_PREFILL_TIME, "_sum"),
         "engine_decode_seconds": inc(metrics.ENGINE_DECODE_TIME, "_sum"),
         "engine_ttft_p95": quantile(0.95, metrics.ENGINE_TTFT, model, k, w, names.ENGINE_TTFT),
         "engine_itl_p95": quantile(0.95, metrics.ENGINE_ITL, model, k, w, names.ENGINE_ITL),
+        "engine_itl_buckets": f"sum by (le, {by(k)}) "
+                              f"(increase({metrics.ENGINE_ITL.name}_bucket[{w.range}]))",
         "engine_running": per_target("avg_over_time", metrics.ENGINE_REQUESTS_RUNNING),
         "engine_waiting": per_target("avg_over_time", metrics.ENGINE_REQUESTS_WAITING),
         # Each data-parallel rank has its own batch limit: the sum of their maxima is the
         # engine's.
         "engine_running_max": per_target("max_over_time", metrics.ENGINE_REQUESTS_RUNNING,
                                          window=w.history),
-        "engine_kv_cache_usage": per_target("avg_over_time", metrics.ENGINE_KV_CACHE_USAGE,
+        # The fullest rank at its fullest: a preempting cache frees blocks as it preempts.
+        "engine_kv_cache_usage": per_target("max_over_time", metrics.ENGINE_KV_CACHE_USAGE,
                                             agg="max"),
         "engine_preemptions": inc(metrics.ENGINE_PREEMPTIONS),
         "engine_prompt_tokens": inc(metrics.ENGINE_PROMPT_TOKENS),

@@ -26,8 +26,10 @@ STEPS: tuple[StepName, ...] = ("symptom", "network", "engine", "gpu", "applicati
 
 CAUSES = metrics.DIAGNOSIS_CAUSES
 LAYERS: tuple[str, ...] = tuple(CAUSES)
-#: Keys of a verdict's scope, in the order the text and the metric labels use.
-SCOPE_KEYS = ("carrier", "target", "probe", "engine", "gpu")
+#: Keys of a verdict's scope, in the order the text and the metric labels use. ``site`` and
+#: ``vantage`` are a fleet's edge labels (docs/scaling.md), set only through the Prometheus
+#: source; the exporter's own verdict metric has no labels for them.
+SCOPE_KEYS = ("carrier", "target", "probe", "engine", "gpu", "site", "vantage")
 
 
 @dataclass(frozen=True)

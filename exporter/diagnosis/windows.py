@@ -4,10 +4,10 @@ Every ``diagnosis.interval`` the evaluator hands :meth:`History.record` the curr
 of the families the chain reads (``WINDOW_FAMILIES``). A snapshot stores one float per scalar
 (a counter, a gauge, one histogram bucket, a ``_sum``, a ``_count``) in an ``array('d')``
 beside a layout (the keys) that consecutive snapshots share, so its cost is 8 bytes a scalar.
-Fine snapshots cover ``diagnosis.window``; one a minute, of the baseline families only
-(``COARSE_FAMILIES``), covers ``diagnosis.history``. Both deques have a fixed ``maxlen`` and
-the number of scalars per snapshot is capped, so memory is bounded whatever the registry
-does (docs/diagnosis.md, "Embedded windows: memory").
+Fine snapshots cover ``diagnosis.window``; one a minute (``DiagnosisConfig.baseline_step``),
+of the baseline families only (``COARSE_FAMILIES``), covers ``diagnosis.history``. Both
+deques have a fixed ``maxlen`` and the number of scalars per snapshot is capped, so memory is
+bounded whatever the registry does (docs/diagnosis.md, "Embedded windows: memory").
 
 Counters and histogram samples are stored reset-corrected, as PromQL's ``increase()`` sees
 them: a value below the previous one is a reset, and counting goes on from the new value.
@@ -23,123 +23,29 @@ import logging
 import math
 from array import array
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from exporter import metrics
 from exporter.config.policy import DiagnosisConfig
+from exporter.diagnosis.families import (
+    COARSE_GAUGES,
+    COARSE_SAMPLES,
+    KINDS,
+    PEAK,
+    RawSample,
+)
 from exporter.diagnosis.stats import Key, Labels
 from exporter.diagnosis.stats import label as label_of
 
 log = logging.getLogger("exporter.diagnosis")
 
-#: (sample name, labels, value) as a registry's collect() yields them.
-RawSample = tuple[str, Mapping[str, str], float]
-
-WINDOW_FAMILIES: tuple[metrics.Family, ...] = (
-    metrics.EXPORTER_CHECK_RUNS,
-    metrics.EXPORTER_PEAK_WINDOW,
-    metrics.PROBE_REQUESTS,
-    metrics.PROBE_TTFT,
-    metrics.PROBE_TPOT,
-    metrics.PROBE_ITL,
-    metrics.PROBE_STALL,
-    metrics.PROBE_PHASE,
-    metrics.PROBE_PROMPT_TOKENS,
-    metrics.ENGINE_UP,
-    metrics.ENGINE_REQUESTS_RUNNING,
-    metrics.ENGINE_REQUESTS_WAITING,
-    metrics.ENGINE_KV_CACHE_USAGE,
-    metrics.ENGINE_TTFT,
-    metrics.ENGINE_ITL,
-    metrics.ENGINE_E2E,
-    metrics.ENGINE_QUEUE_TIME,
-    metrics.ENGINE_PREFILL_TIME,
-    metrics.ENGINE_DECODE_TIME,
-    metrics.ENGINE_PROMPT_TOKENS,
-    metrics.ENGINE_PREEMPTIONS,
-    metrics.ENGINE_REQUESTS_FINISHED,
-    metrics.ENGINE_QUEUE_DURATION,
-    metrics.ENGINE_COMPUTE_DURATION,
-    metrics.ENGINE_REQUESTS_SUCCEEDED,
-    metrics.PATH_PACKETS_SENT,
-    metrics.PATH_PACKETS_RECEIVED,
-    metrics.PATH_RTT,
-    metrics.PATH_JITTER,
-    metrics.PATH_ROUTE_INFO,
-    metrics.PATH_ROUTE_CHANGES,
-    metrics.GPU_UTILIZATION,
-    metrics.GPU_MEMORY_USED,
-    metrics.GPU_MEMORY_TOTAL,
-    metrics.GPU_CLOCK_EVENT,
-    metrics.GPU_XID_ERRORS,
-    metrics.GPU_DRAM_BANDWIDTH_UTILIZATION,
-)
-#: What baselines (off-peak statistics), history-long maxima and the `/` page's last-hour
-#: sparklines (``trends.py``) read: kept once a minute for ``diagnosis.history``. Histograms
-#: other than the probes' TTFT/TPOT keep only what a mean needs.
-COARSE_FAMILIES: tuple[metrics.Family, ...] = (
-    metrics.PROBE_REQUESTS, metrics.PROBE_TTFT, metrics.PROBE_TPOT, metrics.PROBE_PROMPT_TOKENS,
-    metrics.ENGINE_REQUESTS_RUNNING, metrics.ENGINE_REQUESTS_WAITING,
-    metrics.ENGINE_KV_CACHE_USAGE, metrics.ENGINE_PROMPT_TOKENS, metrics.ENGINE_REQUESTS_FINISHED,
-    metrics.ENGINE_E2E, metrics.ENGINE_REQUESTS_SUCCEEDED, metrics.ENGINE_QUEUE_TIME,
-    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME, metrics.ENGINE_QUEUE_DURATION,
-    metrics.PATH_PACKETS_SENT, metrics.PATH_PACKETS_RECEIVED, metrics.PATH_RTT,
-    metrics.PATH_JITTER, metrics.PATH_ROUTE_INFO,
-    metrics.GPU_UTILIZATION, metrics.GPU_DRAM_BANDWIDTH_UTILIZATION, metrics.GPU_CLOCK_EVENT,
-)
-#: Histograms whose coarse snapshots keep ``_sum`` and ``_count`` but no buckets.
-_COARSE_MEAN_ONLY = (metrics.ENGINE_E2E, metrics.PATH_RTT, metrics.ENGINE_QUEUE_TIME,
-                     metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME)
-
-#: One coarse snapshot per this many seconds (or per interval, if that is longer).
-COARSE_STEP = 60.0
 #: Scalars kept per fine snapshot at most, and per coarse one; past them the rest are
 #: dropped (and logged once). About 4x and 5x what 10 probes, 3 engines, 30 paths and 8 GPUs
 #: need, so the bound bites only on a cardinality accident.
 MAX_VALUES = 20_000
 MAX_COARSE_VALUES = 5_000
-#: Baselines need this much off-peak time in the history.
-MIN_BASELINE_SECONDS = 1800.0
-
-
-def sample_names(family: metrics.Family) -> tuple[str, ...]:
-    if family.kind is metrics.Kind.HISTOGRAM:
-        return (f"{family.name}_bucket", f"{family.name}_sum", f"{family.name}_count")
-    return (family.name,)
-
-
-def _monotonic(family: metrics.Family) -> bool:
-    return family.kind is not metrics.Kind.GAUGE
-
-
-#: sample name -> (monotonic, counts from zero on first appearance)
-_KINDS: dict[str, tuple[bool, bool]] = {
-    name: (_monotonic(f), f.section != "engine")
-    for f in WINDOW_FAMILIES
-    for name in sample_names(f)
-}
-#: The family names a registry's collect() yields (counters without ``_total``).
-COLLECTED: frozenset[str] = frozenset(f.base for f in WINDOW_FAMILIES)
-_COARSE_SAMPLES: frozenset[str] = frozenset(
-    name
-    for f in COARSE_FAMILIES
-    for name in sample_names(f)
-    if not (f in _COARSE_MEAN_ONLY and name.endswith("_bucket"))
-)
-_PEAK = metrics.EXPORTER_PEAK_WINDOW.name
-
-
-def raw_samples(families: Iterable[object]) -> list[RawSample]:
-    """The samples of the window families among ``families`` (a registry's collect())."""
-    out: list[RawSample] = []
-    for family in families:
-        if getattr(family, "name", None) not in COLLECTED:
-            continue
-        for s in getattr(family, "samples", ()):
-            if s.name in _KINDS:
-                out.append((s.name, s.labels, s.value))
-    return out
+#: Baselines need this much off-peak time in the history (``diagnosis.min_baseline``).
+MIN_BASELINE_SECONDS: float = DiagnosisConfig.model_fields["min_baseline"].default
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -157,7 +63,7 @@ class Layout:
         by: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
             by.setdefault(k[0], []).append(i)
-        mono = tuple(i for i, k in enumerate(keys) if _KINDS[k[0]][0])
+        mono = tuple(i for i, k in enumerate(keys) if KINDS[k[0]][0])
         return cls(keys, {k: i for i, k in enumerate(keys)},
                    {s: tuple(p) for s, p in by.items()}, mono)
 
@@ -256,8 +162,10 @@ class Window:
 
 @dataclass
 class Baseline:
-    """Increases summed over the off-peak intervals of the coarse history."""
+    """Increases summed over the off-peak intervals of the coarse history that ended before
+    the window: the window is never its own baseline (PromQL's ``offset``)."""
 
+    min_seconds: float = MIN_BASELINE_SECONDS
     seconds: float = 0.0
     acc: dict[Key, float] = field(default_factory=dict)
     _index: dict[str, list[tuple[Key, float]]] | None = field(default=None, repr=False)
@@ -281,7 +189,7 @@ class Baseline:
 
     @property
     def ready(self) -> bool:
-        return self.seconds >= MIN_BASELINE_SECONDS
+        return self.seconds >= self.min_seconds
 
     def items(self, sample: str) -> list[tuple[Key, float]]:
         if self._index is None:
@@ -300,18 +208,24 @@ class History:
         window: float,
         interval: float,
         history: float,
-        coarse_step: float = COARSE_STEP,
+        coarse_step: float = 60.0,
         max_values: int = MAX_VALUES,
         max_coarse_values: int = MAX_COARSE_VALUES,
+        min_baseline: float = MIN_BASELINE_SECONDS,
     ) -> None:
         self.window, self.interval, self.history = window, interval, history
+        self.min_baseline = min_baseline
         self.coarse_step = max(coarse_step, interval)
         self.max_values = max_values
         self.max_coarse_values = max_coarse_values
         # One start snapshot before the window, and slack for ticks that come early.
         self.fine: deque[Snapshot] = deque(maxlen=math.ceil(window / interval) + 2)
         self.coarse: deque[Snapshot] = deque(maxlen=math.ceil(history / self.coarse_step) + 1)
-        self.baseline = Baseline()
+        self.baseline = Baseline(min_baseline)
+        #: Coarse intervals in the baseline: those between coarse[0] and coarse[joined].
+        self._joined = 0
+        #: Highest value of each coarse gauge since the last coarse snapshot.
+        self._peaks: dict[Key, float] = {}
         self._state: dict[Key, tuple[float, float, float]] = {}  # raw, corrected, last seen
         self._layout: Layout | None = None
         self._coarse_from: tuple[Layout, Layout, tuple[int, ...]] | None = None
@@ -320,11 +234,12 @@ class History:
 
     @classmethod
     def from_config(cls, cfg: DiagnosisConfig) -> History:
-        return cls(cfg.window, cfg.interval, cfg.history)
+        return cls(cfg.window, cfg.interval, cfg.history, cfg.baseline_step,
+                   min_baseline=cfg.min_baseline)
 
     def same_shape(self, cfg: DiagnosisConfig) -> bool:
-        return (self.window, self.interval, self.history) == (
-            cfg.window, cfg.interval, cfg.history
+        return (self.window, self.interval, self.history, self.min_baseline) == (
+            cfg.window, cfg.interval, cfg.history, cfg.min_baseline
         )
 
     # --- recording ------------------------------------------------------------------------
@@ -336,7 +251,7 @@ class History:
         if len(cache) > 2 * self.max_values:
             cache.clear()  # series churn: start the cache again rather than grow it
         for name, labels, value in samples:
-            if name == _PEAK:
+            if name == PEAK:
                 in_peak = in_peak or value == 1
                 continue
             # collect() yields labels in the family's label order, so the items are a stable
@@ -363,6 +278,7 @@ class History:
         values = array("d", self._corrected(rows, at, first_ever))
         snap = Snapshot(at, in_peak, layout, values)
         self.fine.append(snap)
+        self._hold_peaks(snap)
         if not self.coarse or at - self.coarse[-1].at >= self.coarse_step - self.interval / 2:
             self._push_coarse(self._project(snap))
             self._prune(at)
@@ -373,7 +289,7 @@ class History:
     ]:
         state = self._state
         for key, raw in rows:
-            mono, own = _KINDS[key[0]]
+            mono, own = KINDS[key[0]]
             if not mono:
                 yield raw
                 continue
@@ -390,25 +306,49 @@ class History:
         cached = self._coarse_from
         if cached is None or cached[0] is not snap.layout:
             pos = tuple(
-                i for i, k in enumerate(snap.layout.keys) if k[0] in _COARSE_SAMPLES
+                i for i, k in enumerate(snap.layout.keys) if k[0] in COARSE_SAMPLES
             )[: self.max_coarse_values]
             cached = self._coarse_from = (
                 snap.layout, Layout.of(tuple(snap.layout.keys[i] for i in pos)), pos
             )
         _, layout, pos = cached
-        values = array("d", (snap.values[i] for i in pos))
+        peaks = self._peaks
+        keys = snap.layout.keys
+        values = array("d", (peaks.pop(keys[i], snap.values[i]) for i in pos))
+        room = self.max_coarse_values - len(values)
+        if peaks and room > 0:
+            # Gauges gone since the last coarse snapshot (a route class replaced by another)
+            # are kept with their peak this once, so the history still knows they were.
+            gone = list(peaks.items())[:room]
+            layout = Layout.of(layout.keys + tuple(k for k, _ in gone))
+            values.extend(v for _, v in gone)
+        peaks.clear()
         if self.coarse and self.coarse[-1].layout.keys == layout.keys:
             layout = self.coarse[-1].layout
         return Snapshot(snap.at, snap.in_peak, layout, values)
 
+    def _hold_peaks(self, snap: Snapshot) -> None:
+        peaks = self._peaks
+        keys, values = snap.layout.keys, snap.values
+        for sample in COARSE_GAUGES:
+            for i in snap.layout.by_sample.get(sample, ()):
+                v = values[i]
+                if v > peaks.get(keys[i], -math.inf):
+                    peaks[keys[i]] = v
+
     def _push_coarse(self, snap: Snapshot) -> None:
-        coarse = self.coarse
+        coarse, base = self.coarse, self.baseline
         if len(coarse) == coarse.maxlen:
             oldest = coarse.popleft()
-            self.baseline.add(oldest, coarse[0], -1.0)
-        if coarse:
-            self.baseline.add(coarse[-1], snap, 1.0)
+            if self._joined > 0:
+                base.add(oldest, coarse[0], -1.0)
+                self._joined -= 1
         coarse.append(snap)
+        # An interval joins the baseline once it lies wholly before the window.
+        cutoff = snap.at - self.window
+        while self._joined + 1 < len(coarse) and coarse[self._joined + 1].at <= cutoff:
+            base.add(coarse[self._joined], coarse[self._joined + 1], 1.0)
+            self._joined += 1
 
     def _prune(self, at: float) -> None:
         # Reset state of series gone for longer than the history can remember them.

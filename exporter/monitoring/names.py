@@ -1,11 +1,11 @@
 """Aggregation levels and every recorded series name, each written out once.
 
 Names follow ``level:metric:operations``. A level is the label set a rule aggregates to;
-every level keeps ``job`` and ``instance`` (dashboards filter on instance). The metric part
-is the family the rule reads (from :mod:`exporter.metrics`), or for a ratio
-``<numerator>_per_<denominator>``. Written out rather than assembled so a name can be
-grepped from a dashboard query to its rule; tests/test_recorded_names.py holds each one to
-the convention and to the metric schema.
+every level keeps ``job`` and ``instance`` (dashboards filter on instance) and the fleet's
+``site`` and ``vantage``. The metric part is the family the rule reads (from
+:mod:`exporter.metrics`), or for a ratio ``<numerator>_per_<denominator>``. Written out
+rather than assembled so a name can be grepped from a dashboard query to its rule;
+tests/test_recorded_names.py holds each one to the convention and to the metric schema.
 """
 
 from __future__ import annotations
@@ -32,11 +32,18 @@ class Level:
 
 
 SCRAPE = ("job", "instance")
-PROBE = Level("probe", (*SCRAPE, *metrics.PROBE_LABELS))
+#: External labels of a fleet's edge Prometheus servers (docs/scaling.md). An edge's own
+#: series do not carry them (Prometheus adds them on the way out), so there ``by (site,
+#: vantage)`` keeps nothing; evaluated on remote-written series, centrally, they keep two
+#: exporters that share a job and instance name at two vantage points apart.
+FLEET = ("site", "vantage")
+#: One exporter, wherever it reports from: what every level keeps and every join matches.
+SOURCE = (*SCRAPE, *FLEET)
+PROBE = Level("probe", (*SOURCE, *metrics.PROBE_LABELS))
 # Data-parallel ranks of one model are one service to a user: summed.
-MODEL = Level("model", (*SCRAPE, *(x for x in metrics.ENGINE_SERIES_LABELS if x != "dp_rank")))
-PATH = Level("path", (*SCRAPE, *metrics.PATH_LABELS))
-ROUTE = Level("route", (*SCRAPE, *metrics.ROUTE_LABELS))
+MODEL = Level("model", (*SOURCE, *(x for x in metrics.ENGINE_SERIES_LABELS if x != "dp_rank")))
+PATH = Level("path", (*SOURCE, *metrics.PATH_LABELS))
+ROUTE = Level("route", (*SOURCE, *metrics.ROUTE_LABELS))
 
 
 @dataclass(frozen=True)

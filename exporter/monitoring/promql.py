@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from exporter import metrics
 from exporter.config.values import PeakWindow
 from exporter.metrics import Family
-from exporter.monitoring.names import RATE, SCRAPE, Level
+from exporter.monitoring.names import RATE, SOURCE, Level
 
 #: Labels the peak-window gauge shares with every other series of the same exporter.
-PEAK_JOIN = ", ".join(SCRAPE)
+PEAK_JOIN = ", ".join(SOURCE)
 
 # --- numbers and durations as PromQL and people read them ---------------------------------
 

@@ -32,11 +32,12 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.diagnosis import chain
 from exporter.diagnosis.embedded import observe
+from exporter.diagnosis.families import raw_samples
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.thresholds import resolve
 from exporter.diagnosis.trends import Point, Trends
-from exporter.diagnosis.windows import History, raw_samples
+from exporter.diagnosis.windows import History
 
 log = logging.getLogger("exporter.diagnosis")
 

@@ -3,17 +3,24 @@ a free loopback port by PID, ready (``/-/ready``) when returned.
 
     prom = start_prometheus(tmp, scrape_config(exporter_port, rules), spawn)
     api(prom.url, "query", query="up")
+
+``command()`` is the bare command line, for a Prometheus started elsewhere (inside a network
+namespace, as the fleet lab does); ``require()`` fails under CI=true without the binary.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.procs import Proc, free_port, http_get, wait_until
 
@@ -48,6 +55,21 @@ def scrape_config(exporter_port: int, rules: Path | None = None,
     return SCRAPE.format(exporter=exporter_port, rules=files, external=external)
 
 
+def require(binary: str = "prometheus") -> None:
+    """Skip without ``binary`` (a Debian package of the suite); fail under CI=true."""
+    if shutil.which(binary) is not None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and `{binary}` is not installed", pytrace=False)
+    pytest.skip(f"`{binary}` is not installed")
+
+
+def command(config: Path, tsdb: Path, listen: str, *extra: str) -> list[str]:
+    """``prometheus`` serving ``listen`` (host:port) with its data in ``tsdb``."""
+    return ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
+            f"--web.listen-address={listen}", *extra]
+
+
 def start_prometheus(tmp: Path, config: str, start: Callable[[list[str]], Proc] = Proc,
                      name: str = "prometheus") -> Prometheus:
     """Prometheus with ``config`` and its data under ``tmp``; ``start`` runs the command
@@ -55,8 +77,7 @@ def start_prometheus(tmp: Path, config: str, start: Callable[[list[str]], Proc] 
     port = free_port()
     path = tmp / f"{name}.yml"
     path.write_text(config)
-    proc = start(["prometheus", f"--config.file={path}", f"--storage.tsdb.path={tmp / name}",
-                  f"--web.listen-address=127.0.0.1:{port}"])
+    proc = start(command(path, tmp / name, f"127.0.0.1:{port}"))
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:

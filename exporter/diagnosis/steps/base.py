@@ -158,7 +158,8 @@ def pct(value: float) -> str:
 
 def probe_scope(p: ProbeWindow) -> dict[str, str]:
     return {k: v for k, v in (("carrier", p.carrier), ("target", p.target),
-                              ("probe", p.probe), ("engine", p.engine)) if v}
+                              ("probe", p.probe), ("engine", p.engine), ("site", p.site),
+                              ("vantage", p.vantage)) if v}
 
 
 def probe_labels(p: ProbeWindow) -> dict[str, str]:

@@ -83,7 +83,7 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
     """The engine's findings; None when the numbers needed to split its time are missing."""
     th, e = ctx.th, st.engine
     lab = {"engine": e.engine, "target": e.target}
-    scope = {"engine": e.engine}
+    scope = {"engine": e.engine, "site": e.site}  # engine names repeat across sites
     out: list[Finding] = []
 
     own = st.own
@@ -107,7 +107,7 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
     kv = e.kv_cache_usage
     if kv is not None and kv >= th.kv_cache_usage and e.preemptions > 0:
         add("kv_cache_pressure", f"Engine {e.engine}'s KV cache is {pct(kv)} full with "
-            f"{e.preemptions:g} preemption(s) in the window",
+            f"{e.preemptions:.0f} preemption(s) in the window",
             [ctx.ev(metrics.ENGINE_KV_CACHE_USAGE.name, kv, lab, th.kv_cache_usage),
              ctx.ev(metrics.ENGINE_PREEMPTIONS.name, e.preemptions, lab, 0)],
             strength(e.preemptions, 1.0, 0.75))
@@ -128,7 +128,7 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
             ev.append(ctx.ev(metrics.ENGINE_REQUESTS_RUNNING.name, e.running, lab,
                              e.running_max))
         headline = (f"Engine {e.engine} spends {pct(share)} of its time queueing "
-                    f"({e.waiting or 0:g} waiting, {e.running or 0:g} running)")
+                    f"({e.waiting or 0:.3g} waiting, {e.running or 0:.3g} running)")
         if out:  # queued because the cache cannot admit more: one cause, the cache's
             out[0].evidence.extend(ev)
         else:

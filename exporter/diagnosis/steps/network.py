@@ -34,6 +34,8 @@ EXPLAINS: dict[str, frozenset[Symptom]] = {
 #: A network fault drops connections and streams or makes them time out; it never answers
 #: with an HTTP status.
 FAILS = frozenset(("timeout", "connect", "stream"))
+#: Evidence name of the engine's own gaps over the stall line.
+ENGINE_STALLS = f"{metrics.ENGINE_ITL.name} over alerting.stall_seconds"
 
 
 def _same(a: str, b: str) -> bool:
@@ -52,7 +54,10 @@ def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, 
                    slo_ttft: float, cleared: list[Evidence]) -> list[Finding]:
     th = ctx.th
     labels = {"carrier": path.carrier, "target": path.target, "vantage": path.vantage}
-    scope = {"carrier": path.carrier, "target": path.target}
+    # Where it was measured from too: loss seen from one carrier's vantage point is that
+    # vantage point's path, not every path on the carrier.
+    scope = {"carrier": path.carrier, "target": path.target, "site": path.site,
+             "vantage": path.vantage}
     where = f"{path.carrier.capitalize()} path to {path.target}"
     out: list[Finding] = []
 
@@ -140,12 +145,17 @@ def _probe_findings(ctx: Context, ps: ProbeSymptoms, cleared: list[Evidence],
         else:
             cleared.append(e)
     engine = engines[0] if engines else None
-    # Stalls the client sees while the engine emits tokens steadily happen on the way.
+    # Stalls the client sees while the engine emits tokens steadily happen on the way. An
+    # engine with gaps of its own as long (a preempted request waits to be recomputed) may
+    # be where they come from: the engine step judges those.
     stalled = (p.stalls > 0 or (p.itl_p99 or 0) > th.stall_seconds)
     if stalled and engine is not None and engine.itl_p95 is not None and engine.up:
         e = ctx.ev(metrics.ENGINE_ITL.name, engine.itl_p95, {"engine": engine.engine},
                    p.slo_tpot)
-        if engine.itl_p95 <= p.slo_tpot:
+        own = ctx.ev(ENGINE_STALLS, engine.stalls or 0, {"engine": engine.engine}, 0)
+        if engine.stalls:
+            cleared.extend((e, own))
+        elif engine.itl_p95 <= p.slo_tpot:
             out.append(Finding(
                 "network", "stream_stalls", probe_scope(p),
                 f"The {p.probe} probe sees {p.stalls} stall(s) (inter-token P99 "

@@ -6,7 +6,7 @@ arrives is the one that already names the layer, the cause and the scope."""
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.monitoring.names import SCRAPE
+from exporter.monitoring.names import SOURCE
 from exporter.monitoring.rule import Alert
 
 _HEALTHY, DEGRADED, FAILING, _UNKNOWN = metrics.DIAGNOSIS_STATUSES
@@ -34,7 +34,7 @@ SUMMARY = (
 def diagnosis_alerts() -> list[Alert]:
     verdict = metrics.DIAGNOSIS_VERDICT.name
     status = metrics.DIAGNOSIS_STATUS.name
-    join = ", ".join(SCRAPE)
+    join = ", ".join(SOURCE)
     alerts = []
     for state, severity in SEVERITY_BY_STATUS:
         # The verdict's engine is an engines[].name, which the engine alerts call target:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.monitoring.names import SCRAPE
+from exporter.monitoring.names import SOURCE
 from exporter.monitoring.promql import VALUE_NUMBER, lbl, paren
 from exporter.monitoring.rule import Alert
 
@@ -14,7 +14,7 @@ CHECK_KINDS_ALERTED_ELSEWHERE = ("probe", "engine")
 
 def exporter_alerts() -> list[Alert]:
     runs = metrics.EXPORTER_CHECK_RUNS.name
-    by = ", ".join((*SCRAPE, "check"))
+    by = ", ".join((*SOURCE, "check"))
     skip = f'check!~"({"|".join(CHECK_KINDS_ALERTED_ELSEWHERE)})/.*"'
     # Any outcome but success counts: a run skipped because the last one still hangs is no
     # better than an error.

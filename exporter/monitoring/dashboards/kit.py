@@ -49,6 +49,10 @@ class Var:
 VARS = {
     v.name: v
     for v in (
+        # The fleet's external labels (docs/scaling.md): every exporter's build info
+        # carries them once it arrives through an edge Prometheus.
+        Var("site", "GPU site", metrics.EXPORTER_BUILD_INFO),
+        Var("vantage", "Vantage point", metrics.EXPORTER_BUILD_INFO),
         Var("instance", "Exporter", metrics.EXPORTER_BUILD_INFO),
         Var("probe", "Probe", metrics.PROBE_REQUESTS),
         Var("carrier", "Carrier", metrics.PATH_PACKETS_SENT),
@@ -59,15 +63,21 @@ VARS = {
 
 
 def sel(*variables: str, extra: str = "") -> str:
-    """A label matcher block filtering on the dashboard ``variables``."""
-    parts = [f'{n}=~"${n}"' for n in variables]
+    """A label matcher block filtering on the fleet variables and the dashboard
+    ``variables``: every query is scoped to the selected sites and vantage points."""
+    parts = [f'{n}=~"${n}"' for n in (*names.FLEET, *variables)]
     if extra:
         parts.append(extra)
     return "{" + ", ".join(parts) + "}"
 
 
 def query_variable(var: Var) -> db.QueryVariable:
-    scope = "" if var.name == "instance" else sel("instance")
+    if var.name in names.FLEET:
+        scope = ""  # a vantage point has no site, a GPU site no vantage: both unscoped
+    elif var.name == "instance":
+        scope = sel()
+    else:
+        scope = sel("instance")
     return (
         db.QueryVariable(var.name)
         .label(var.title)
@@ -79,7 +89,8 @@ def query_variable(var: Var) -> db.QueryVariable:
         .multi(True)
         .include_all(True)
         # ".*" rather than a list of the values: it also matches series without the label,
-        # such as probes that name no carrier.
+        # such as probes that name no carrier, or everything on a single Prometheus,
+        # which adds no site or vantage.
         .all_value(".*")
     )
 
@@ -310,7 +321,7 @@ def build_dashboard(
             db.DatasourceVariable("datasource").label("Data source").type("prometheus")
         )
     )
-    for name in variables:
+    for name in (*names.FLEET, *variables):
         d = d.with_variable(query_variable(VARS[name]))
     for variable in extra_variables:
         d = d.with_variable(variable)

@@ -22,7 +22,7 @@ from exporter.monitoring.dashboards.kit import (
     stat_panel,
     ts,
 )
-from exporter.monitoring.names import RATE
+from exporter.monitoring.names import FLEET, RATE
 from exporter.monitoring.promql import human_seconds, num, pct, prom_duration
 
 
@@ -154,6 +154,40 @@ def overview(config: Config) -> db.Dashboard:
     return build_dashboard(
         "llm-overview", "LLM latency: overview",
         "What users feel (probes) against where the time goes (network, queue, compute).",
-        ("instance", "probe", "carrier", "model"), [slo_row, latency_row],
+        ("instance", "probe", "carrier", "model"),
+        [slo_row, latency_row, vantage_row(config, ps)],
     )
+
+
+def vantage_row(config: Config, ps: str) -> Section:
+    """The same probes and paths per vantage point and GPU site, side by side: fast beside
+    the engine and slow from one carrier's vantage point is that carrier's network."""
+    where = "{{vantage}}{{site}}"  # an edge has one of the two (docs/scaling.md)
+    cs = sel("instance", "carrier")
+    by_probe = f"max by ({', '.join(FLEET)}, probe)"
+    by_path = f"max by ({', '.join(FLEET)}, carrier, target)"
+    local = ("Series from a GPU site's own exporter carry its site, those from a vantage "
+             "point inside a carrier's network its vantage.")
+    return Section("Vantage points side by side", [
+        ts("P95 TTFT per vantage point",
+           f"P95 time to first token of each probe as each vantage point and GPU site sees "
+           f"it, over {RATE}. Fast at the site and slow from one vantage point is that "
+           f"carrier's network, not the engine. {local}",
+           "s", [(f"{by_probe} ({names.PROBE_TTFT.p95}{ps})", f"{where} {{{{probe}}}}")],
+           span=6, threshold=config.slo.ttft_p95_seconds),
+        ts("P95 TPOT per vantage point",
+           f"P95 time per output token of each probe per vantage point and GPU site, over "
+           f"{RATE}. {local}",
+           "s", [(f"{by_probe} ({names.PROBE_TPOT.p95}{ps})", f"{where} {{{{probe}}}}")],
+           span=6, threshold=config.slo.tpot_p95_seconds),
+        ts("Packet loss per vantage point",
+           f"Share of path probe packets lost over {RATE} from each vantage point to each "
+           f"target. {local}", "percentunit",
+           [(f"{by_path} ({names.PATH_LOSS}{cs})", f"{where} {{{{carrier}}}}/{{{{target}}}}")],
+           span=6, threshold=config.slo.loss_ratio),
+        ts("P95 RTT per vantage point",
+           f"P95 round trip over {RATE} from each vantage point to each target. {local}", "s",
+           [(f"{by_path} ({names.PATH_RTT.p95}{cs})", f"{where} {{{{carrier}}}}/{{{{target}}}}")],
+           span=6),
+    ])
 

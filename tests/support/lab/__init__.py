@@ -7,7 +7,8 @@ impaired paths in network namespaces and the fake NVML, driven by scenario files
 Modules: ``scenario`` (the file format and loader), ``topology`` (namespaces, routers, delay
 proxies, nftables drops), ``runner`` (one run, start to cleanup, and the comparison),
 ``exporter_main`` (the exporter with the fake NVML), ``load`` (background requests) and
-``delay_proxy`` (the TCP delay proxy; standalone on purpose). Needs root, ``ip``, ``nft``
+``delay_proxy`` (the TCP delay proxy; standalone on purpose); ``fleet`` builds the fleet of
+docs/scaling.md on the same carrier paths (tests/test_fleet.py). Needs root, ``ip``, ``nft``
 (and ``prometheus`` for that source). docs/diagnosis.md, "Scenario lab", has the commands.
 """
 

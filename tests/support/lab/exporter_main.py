@@ -1,21 +1,28 @@
 """The real exporter (app, checks, server) with the fake NVML library in place of the driver,
 its GPUs set from a JSON file the lab writes and rewrites when a scenario applies:
 
-    python -m tests.support.lab.exporter_main CONFIG GPU_JSON
+    python -m tests.support.lab.exporter_main CONFIG GPU_JSON [PEAK_END_UNIX_TIME]
 
 ``GPU_JSON`` is ``{"count": 1, "throttle": ["sw_thermal"], "utilization": 0.9,
-"dram_bw": 0.6, "memory_used": 0.8}``. A watcher thread re-reads it when it changes and
-updates the fake GPUs in place, so the GPU check sees the change at its next sample. The
-GPU count is fixed at start (NVML enumerates once).
+"dram_bw": 0.6, "memory_used": 0.8, "xids": [[0, 79]]}``. A watcher thread re-reads it when
+it changes and updates the fake GPUs in place, so the GPU check sees the change at its next
+sample; each ``xids`` entry ([GPU index, XID]) beyond those already seen is one XID event.
+The GPU count is fixed at start (NVML enumerates once).
+
+With ``PEAK_END_UNIX_TIME`` the peak-window clock runs so that the config's first peak
+window ends at that moment: the run is in the peak until then, off-peak after (the fleet
+test needs both kinds of gated series in a short run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +30,7 @@ import pynvml
 
 from exporter.checks.gpu.nvml import CLOCK_EVENT_REASONS
 from exporter.config.load import load_config
+from exporter.config.models import Config
 from exporter.runtime.app import App
 from exporter.runtime.logs import setup_logging
 from tests.support.fake_nvml import FakeGpu, FakeNvml, h200
@@ -46,7 +54,14 @@ def apply(gpus: list[FakeGpu], spec: dict[str, Any]) -> None:
         gpu.gpm[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL] = 100 * spec.get("dram_bw", 0.5)
 
 
-def watch(path: Path, gpus: list[FakeGpu]) -> None:
+def raise_xids(fake: FakeNvml, spec: dict[str, Any], seen: int) -> int:
+    xids = spec.get("xids", [])
+    for index, code in xids[seen:]:
+        fake.xid(index, code)
+    return max(seen, len(xids))
+
+
+def watch(path: Path, gpus: list[FakeGpu], fake: FakeNvml, xids: int) -> None:
     seen = path.stat().st_mtime_ns
     while True:
         time.sleep(0.2)
@@ -54,9 +69,21 @@ def watch(path: Path, gpus: list[FakeGpu]) -> None:
             mtime = path.stat().st_mtime_ns
             if mtime != seen:
                 seen = mtime
-                apply(gpus, json.loads(path.read_text()))
+                spec = json.loads(path.read_text())
+                apply(gpus, spec)
+                xids = raise_xids(fake, spec, xids)
         except (OSError, ValueError):
             continue  # a rewrite in progress; the next poll reads it whole
+
+
+def peak_clock(config: Config, peak_end: float) -> Callable[[], float]:
+    """A clock that reaches the first peak window's end at ``peak_end``."""
+    pw = config.peak_windows
+    window = next(iter(pw.windows.values()))
+    today = dt.datetime.fromtimestamp(peak_end, pw.zone).date()
+    end = dt.datetime.combine(today, window.end, tzinfo=pw.zone).timestamp()
+    offset = end - peak_end
+    return lambda: time.time() + offset
 
 
 def main(argv: list[str]) -> int:
@@ -65,10 +92,13 @@ def main(argv: list[str]) -> int:
     spec = json.loads(gpu_path.read_text())
     gpus = [h200(uuid=f"GPU-lab-{i:04d}") for i in range(spec.get("count", 1))]
     apply(gpus, spec)
-    pynvml.nvmlLib = FakeNvml(gpus, clock=time.monotonic)
-    threading.Thread(target=watch, args=(gpu_path, gpus), daemon=True).start()
+    fake = FakeNvml(gpus, clock=time.monotonic)
+    xids = raise_xids(fake, spec, 0)
+    pynvml.nvmlLib = fake
+    threading.Thread(target=watch, args=(gpu_path, gpus, fake, xids), daemon=True).start()
+    clock = peak_clock(config, float(argv[2])) if len(argv) > 2 else time.time
     setup_logging(config.server.log_format, config.server.log_level)
-    asyncio.run(App(config, config_path).serve())
+    asyncio.run(App(config, config_path, clock=clock).serve())
     return 0
 
 

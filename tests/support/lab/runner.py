@@ -245,7 +245,8 @@ class LabRun:
         proc = subprocess.run(
             ["ip", "netns", "exec", self.net.client, sys.executable, "-m", "exporter",
              "diagnose", "--prometheus", f"http://127.0.0.1:{PROMETHEUS_PORT}",
-             "--window", str(window), "--json"],
+             # The run's own config: its SLOs and diagnosis thresholds, as the exporter's.
+             "--config", str(self.config_file), "--window", str(window), "--json"],
             cwd=ROOT, capture_output=True, text=True, timeout=60)
         if proc.returncode not in (0, 1, 3):
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

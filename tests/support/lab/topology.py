@@ -40,6 +40,9 @@ class Carrier:
     name: str
     index: int
     ns: str
+    #: Where this carrier's probes and path checks start: the lab's client namespace, or
+    #: the carrier's own vantage point namespace in a fleet (``vantage_points=True``).
+    client: str
     #: The address probes and path checks target.
     target: str
     #: The carrier's own address on its link to the site, and the site's.
@@ -53,9 +56,13 @@ class Carrier:
 
 
 class CarrierLab:
-    """Builds and drives the namespaces; ``close()`` (via the Lab) removes all of them."""
+    """Builds and drives the namespaces; ``close()`` (via the Lab) removes all of them.
 
-    def __init__(self, workdir: Path, sim_port: int) -> None:
+    With ``vantage_points`` each carrier's routers start from a namespace of its own
+    (``vp-<carrier>``) instead of the shared client: a vantage point inside that carrier's
+    network, which reaches the site through that carrier only."""
+
+    def __init__(self, workdir: Path, sim_port: int, vantage_points: bool = False) -> None:
         self.lab = Lab(workdir)
         self.sim_port = sim_port
         self.table = load_table()
@@ -69,7 +76,11 @@ class CarrierLab:
         self.carriers: dict[str, Carrier] = {}
         for i, name in enumerate(CARRIERS):
             ns = self.lab.netns(name)
-            c = Carrier(name, i, ns, target=f"198.18.{10 + i}.1",
+            client = self.client
+            if vantage_points:
+                client = self.lab.netns(f"vp-{name}")
+                self.lab.sysctl(client, "net.ipv4.ping_group_range", "0 2147483647")
+            c = Carrier(name, i, ns, client, target=f"198.18.{10 + i}.1",
                         uplink=f"198.18.{20 + i}.1", site_side=f"198.18.{20 + i}.2")
             sh("ip", "-n", ns, "addr", "add", f"{c.target}/32", "dev", "lo")
             self.lab.link(ns, c.uplink, self.site, c.site_side)
@@ -101,7 +112,7 @@ class CarrierLab:
         c.routes += 1
         addrs = self.route_addresses(hops)
         routers = [self.lab.netns(f"{c.name[:2]}{c.routes}r{j}") for j in range(len(addrs))]
-        prev_ns = self.client
+        prev_ns = c.client
         for ns, addr in zip(routers, addrs, strict=True):
             peer = str(ipaddress.IPv4Address(int(ipaddress.IPv4Address(addr)) ^ 1))  # its /31 peer
             self.lab.link(prev_ns, peer, ns, addr, prefix=31)
@@ -109,19 +120,19 @@ class CarrierLab:
             self.lab.sysctl(ns, "net.ipv4.conf.all.rp_filter", "0")
             # Back toward the client: the way it came (ICMP time-exceeded goes this way).
             sh("ip", "-n", ns, "route", "replace", "default", "via", peer)
-            if prev_ns != self.client:
+            if prev_ns != c.client:
                 self.lab.route(prev_ns, f"{c.target}/32", addr)
             prev_ns = ns
         # The last link reaches the carrier namespace itself.
         last = f"198.18.{30 + c.index}.{4 * c.routes}"
         near, far = str(ipaddress.IPv4Address(last)), str(ipaddress.IPv4Address(last) + 1)
         self.lab.link(prev_ns, near, c.ns, far, prefix=31)
-        if prev_ns != self.client:
+        if prev_ns != c.client:
             self.lab.route(prev_ns, f"{c.target}/32", far)
         self.lab.sysctl(c.ns, "net.ipv4.conf.all.rp_filter", "0")
         sh("ip", "-n", c.ns, "route", "replace", "default", "via", near)
         # Switch last: the client's route to the target moves in one step.
-        self.lab.route(self.client, f"{c.target}/32", addrs[0] if addrs else far)
+        self.lab.route(c.client, f"{c.target}/32", addrs[0] if addrs else far)
         c.hops = addrs
         return addrs
 

@@ -2,10 +2,11 @@
 targets, scraped every second; does anything grow?
 
 The exporter runs a healthy probe and engine check against the simulator (whose faults change
-every ``--toggle`` seconds: errors, stalls, disconnects, hangs, slow first tokens, a broken
-metrics endpoint, then healthy again), probes against hostile endpoints
-(tests/support/hostile_probe.py), hostile engine targets (tests/support/hostile_engine.py:
-a 200k-value label bomb, NaN buckets, plain text), TCP path checks to an open and a closed
+in turn: healthy, errors, stalls, disconnects, slow first tokens, hangs, a broken metrics
+endpoint, malformed streams; one cycle per reference window, so every window sees each),
+probes against hostile endpoints (tests/support/hostile_probe.py), hostile engine targets
+(tests/support/hostile_engine.py: a 200k-value label bomb, NaN buckets, plain text), TCP path
+checks to an open and a closed
 port, and the embedded diagnosis, whose history (kept in memory for baselines, 6 h by
 default) is cut to ``HISTORY`` so that it is full early: past it, what grows is a leak, not the
 history filling as designed. /metrics is scraped every second, `/` and /live every 10 s.
@@ -14,7 +15,8 @@ Measured over the run: the exporter's RSS, open file descriptors and threads, /m
 and p99 and its size, and schedule slip (runs the healthy probe and engine missed against
 their interval). The named reference is the first ``--reference`` minutes of the same run:
 each figure is printed for that window and for the last window of the same length, with the
-ratio late/early, plus the RSS trend over the second half (MB per hour).
+ratio late/early, plus the RSS trend over the second half (MB per hour, fitted to each
+minute's highest RSS: the allocator's high-water mark, which is what keeps the memory).
 
 Run (from the repository root): .venv/bin/python -m benchmarks.soak --minutes 20
 Exit status 1 if the exporter died, a /metrics scrape failed, a canary secret showed, fds or
@@ -167,10 +169,13 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def slope_mb_per_hour(ticks: list[Tick]) -> float:
-    """Least-squares RSS trend over ``ticks``."""
-    if len(ticks) < 3:
+    """Least-squares trend of each minute's highest RSS over ``ticks``."""
+    peaks: dict[int, float] = {}
+    for t in ticks:
+        peaks[int(t.at // 60)] = max(peaks.get(int(t.at // 60), 0.0), t.rss_mb)
+    if len(peaks) < 3:
         return float("nan")
-    xs, ys = [t.at for t in ticks], [t.rss_mb for t in ticks]
+    xs, ys = [60.0 * m for m in peaks], list(peaks.values())
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     den = sum((x - mx) ** 2 for x in xs)
     return 3600 * sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den
@@ -204,10 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=20.0)
     ap.add_argument("--reference", type=float, default=2.0,
                     help="minutes of the reference window (the start of the run)")
-    ap.add_argument("--toggle", type=float, default=30.0, help="seconds per simulator fault")
+    ap.add_argument("--toggle", type=float, help="seconds per simulator fault (default: one"
+                    " cycle of the faults per reference window)")
     ap.add_argument("--json", help="write the windows and every tick here")
     args = ap.parse_args(argv)
     seconds, ref = args.minutes * 60, args.reference * 60
+    toggle = args.toggle or ref / len(FAULT_CYCLE)
     if seconds < 2 * ref:
         ap.error("--minutes must be at least twice --reference")
     load = os.getloadavg()
@@ -228,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                             env={"SOAK_KEY": CANARY})
             base = f"http://127.0.0.1:{port}"
             wait_until(lambda: http_get(f"{base}/-/ready")[0] == 200, 60, "exporter ready")
-            result = soak(exporter, base, sim, seconds, args.toggle)
+            result = soak(exporter, base, sim, seconds, toggle)
             shown = {"logs": exporter.output(), **pages(base)}
         finally:
             if exporter is not None:
@@ -243,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
           f" ({result.failed_scrapes} failed), {len(result.pages)} of / and /live;"
           f" load average at start {load[0]:.2f} on {os.cpu_count()} cores")
     print(f"reference: the first {args.reference:g} min of this run; late: the last"
-          f" {args.reference:g} min")
+          f" {args.reference:g} min; each a cycle of the simulator's faults ({toggle:g} s each)")
     print(f"{'':<20}{'early':>10}{'late':>10}{'late/early':>12}")
     for key in early:
         ratio = late[key] / early[key] if early[key] else float("nan")

@@ -129,7 +129,8 @@ EXPORTER_CHECK_RUNS = _def(
     "llm_exporter_check_runs_total",
     Kind.COUNTER,
     "Runs of each check by outcome: success, error (the check raised), timeout (ran past its "
-    "timeout and was cancelled), skipped (the previous run had still not finished).",
+    "timeout and was cancelled), skipped (the previous run had still not finished, or the "
+    "endpoint's Retry-After holds the probe off).",
     ("check", "outcome"),
 )
 EXPORTER_CHECK_DURATION = _def(

@@ -8,9 +8,10 @@ query-string values are redacted wherever a URL is shown.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
 #: Shorter values are too likely to occur by chance (and are not credentials anyway).
@@ -22,6 +23,27 @@ _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
 def remember(values: Iterable[str]) -> None:
     """Values to redact from now on (the process's configured secrets)."""
     _secrets.update(v for v in values if len(v) >= _MIN_SECRET)
+
+
+def remember_url(value: str) -> None:
+    """A configured URL's credentials, to redact from now on wherever they turn up (a server
+    echoing its query string or Authorization header into an error): the user-info password
+    and its Basic-auth form (what the HTTP client sends), and every query value, raw and
+    decoded."""
+    try:
+        parts = urlsplit(value)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return
+    found: list[str] = []
+    if password:
+        pair = f"{unquote(user or '')}:{unquote(password)}"
+        found += [password, unquote(password), base64.b64encode(pair.encode("latin-1",
+                                                                          "replace")).decode()]
+    for raw in parts.query.split("&"):
+        _, _, val = raw.partition("=")
+        found += [val, unquote(val.replace("+", " "))]
+    remember(found)
 
 
 def url(value: str) -> str:

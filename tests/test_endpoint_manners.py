@@ -13,6 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
+from exporter.checks.base import RunSkipped
 from exporter.checks.engine import check as engine
 from exporter.checks.engine.check import ScrapeError
 from exporter.checks.probe import check as probe
@@ -78,7 +79,8 @@ async def test_retry_after_holds_the_next_runs(endpoint: tuple[Endpoint, str]) -
         with pytest.raises(ProbeFailed):
             await check.run()
         for _ in range(3):
-            await check.run()  # held: no request, no failure
+            with pytest.raises(RunSkipped, match="Retry-After"):
+                await check.run()  # held: no request, no failure
     finally:
         await check.close()
     assert ep.requests == 1

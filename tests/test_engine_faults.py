@@ -11,7 +11,6 @@ the canary token appears nowhere (logs at debug, `/`, `/metrics`).
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,8 +19,9 @@ import pytest
 from exporter.config.models import EngineLimits
 from exporter.simulator.state import DEFAULT_MODEL
 from tests.support.hostile_engine import BOMB, FAULTS, LE_BOMB
+from tests.support.matrix import exposition, first_run, leaks, pages, runs, watch
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
-from tests.support.samples import Samples, find, parse, total, value
+from tests.support.samples import Samples, find, total, value
 from tests.support.simulator import running_simulator
 
 CANARY = "tok-canary-engine-93d1"
@@ -67,24 +67,12 @@ class Run:
     """What the module's one exporter run left to assert on."""
 
     metrics: Samples
-    index: str
+    pages: dict[str, str]
     logs: str
     alive: bool
     probe_runs: float
     probe_expected: float
     slowest_scrape: float
-
-
-def runs(samples: Samples, check: str, outcome: str | None = None) -> float:
-    labels = {"check": check} if outcome is None else {"check": check, "outcome": outcome}
-    return total(samples, "llm_exporter_check_runs_total", **labels)
-
-
-def scrape(url: str) -> tuple[float, Samples]:
-    started = time.monotonic()
-    status, body = http_get(url, timeout=10)
-    assert status == 200, status
-    return time.monotonic() - started, parse(body)
 
 
 @pytest.fixture(scope="module")
@@ -114,33 +102,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             exporter = Proc(exporter_cmd("run", "--config.file", str(cfg), "--log.level",
                                          "debug"), env={"CANARY_TOKEN": CANARY})
             base = f"http://127.0.0.1:{port}"
-
-            def probed() -> bool:
-                status, body = http_get(f"{base}/metrics")
-                return status == 200 and runs(parse(body), "probe/chat") >= 1
-
-            wait_until(probed, 30, "the first probe run")
-            first_at = time.monotonic()
-            _, first = scrape(f"{base}/metrics")
-            slowest, samples = 0.0, first
-            deadline = first_at + 40
-            while time.monotonic() < deadline:
-                took, samples = scrape(f"{base}/metrics")
-                slowest = max(slowest, took)
-                if all(runs(samples, f"engine/{f}") >= ENGINE_RUNS for f in FAULTS):
-                    break
-                time.sleep(0.2)
-            elapsed = time.monotonic() - first_at
-            probe_runs = runs(samples, "probe/chat") - runs(first, "probe/chat")
+            first = first_run(base, "probe/chat")
+            seen = watch(f"{base}/metrics", lambda m: all(
+                runs(m, f"engine/{f}") >= ENGINE_RUNS for f in FAULTS), 40)
             yield Run(
-                metrics=samples,
-                index=http_get(f"{base}/")[1],
+                metrics=seen.samples,
+                pages=pages(base),
                 logs=exporter.output(),
                 alive=exporter.popen.poll() is None
                 and http_get(f"{base}/-/healthy")[0] == 200,
-                probe_runs=probe_runs,
-                probe_expected=elapsed / PROBE_INTERVAL,
-                slowest_scrape=slowest,
+                probe_runs=runs(seen.samples, "probe/chat") - runs(first, "probe/chat"),
+                probe_expected=seen.elapsed / PROBE_INTERVAL,
+                slowest_scrape=seen.slowest,
             )
     finally:
         if exporter is not None:
@@ -195,13 +168,11 @@ def test_the_exporter_and_its_other_checks_carry_on(run: Run) -> None:
 
 
 def test_the_canary_token_appears_nowhere(run: Run) -> None:
-    exposition = "\n".join(f"{name}{dict(labels)} {v}" for (name, labels), v in
-                           run.metrics.items())
-    for where, text in (("/metrics", exposition), ("/", run.index), ("logs", run.logs)):
-        assert text and CANARY not in text, f"{where} leaks the canary"
+    places = {"/metrics": exposition(run.metrics), "logs": run.logs, **run.pages}
+    assert all(places.values()) and leaks([CANARY], places) == {}
     # The echoes did arrive (so a leak would show): redacted, not absent.
     assert value(run.metrics, "llm_engine_requests_waiting", target="engine-values",
                  model="Bearer <redacted>") == 1.0
     # Logged at debug, failures once each, with a reason and no body.
     assert "level=debug" in run.logs and "no vllm metric names in the body" in run.logs
-    assert "Service Unavailable" not in run.logs + run.index
+    assert "Service Unavailable" not in run.logs + run.pages["/"]

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter import checks as checks_pkg
 from exporter.checks import Check
+from exporter.checks.base import RunSkipped
 from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.runtime.app import App
@@ -121,6 +122,32 @@ async def test_failing_and_hanging_checks_do_not_block_others(
         t0 = time.monotonic()
         await app.shutdown()
         assert time.monotonic() - t0 < 5
+
+
+class Held(Counting):
+    """Fails, then is held off (as a probe after a 429 with Retry-After), then fails again."""
+
+    async def run(self) -> None:
+        await super().run()
+        if len(self.started) in (2, 3):
+            raise RunSkipped("held off")
+        raise RuntimeError("HTTP 429")
+
+
+async def test_a_held_run_is_skipped_and_keeps_the_failing_state(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    held = Held("held", interval=0.1)
+    registry = CollectorRegistry()
+    sched = Scheduler([held], registry)
+    outcomes = [await sched.run_once(held) for _ in range(4)]
+    assert outcomes == ["error", "skipped", "skipped", "error"]
+    state = sched.state[held.name]
+    assert state.failing and state.last_outcome == "error" and state.last_error == "HTTP 429"
+    said = [r.getMessage() for r in caplog.records if r.name == "exporter.runtime.scheduler"]
+    assert said == ["check failing"], "no failing/recovered flapping while held"
+    assert registry.get_sample_value("llm_exporter_check_last_success_timestamp_seconds",
+                                     {"check": held.name}) is None
 
 
 async def test_stubborn_run_is_never_overlapped() -> None:

@@ -4,12 +4,14 @@ not in logs at debug, not on `/`, not in /metrics, not in check-config, not in b
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from exporter import redact
 from tests.support import ROOT
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 
@@ -84,3 +86,11 @@ def test_bad_url_error_never_prints_the_password(tmp_path: Path) -> None:
                           capture_output=True, timeout=60)
     assert proc.returncode == 2 and "expected an http:// or https:// URL" in proc.stderr
     assert not leaked(proc.stderr)
+
+
+def test_url_credentials_are_remembered_in_every_form_a_server_can_echo() -> None:
+    redact.remember_url(f"http://user:{CANARY_PASSWORD}@h/x?token={CANARY_QUERY}&b=a%2Fb%2Fcd")
+    basic = base64.b64encode(f"user:{CANARY_PASSWORD}".encode()).decode()
+    echoed = f"auth=Basic {basic} query=token={CANARY_QUERY}&b=a%2Fb%2Fcd decoded=a/b/cd"
+    assert redact.text(echoed) == ("auth=Basic <redacted> query=token=<redacted>&b=<redacted>"
+                                   " decoded=<redacted>")

@@ -85,10 +85,11 @@ class BenchConfig:
     allow_different_load: bool = False
 
     def describe(self) -> dict[str, Any]:
-        """The run's settings for the JSON file (no key, no credentials in the URL)."""
+        """The run's settings for the JSON file (no key, no credentials or query values in the
+        URL)."""
         parts = urlsplit(self.url)
         return {
-            "url": parts._replace(netloc=target_of(self.url)).geturl(),
+            "url": redact.url(parts._replace(netloc=target_of(self.url)).geturl()),
             "model": self.model,
             "api": self.api,
             "requests": self.requests,
@@ -146,9 +147,14 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Validate the flags into a BenchConfig, or raise BenchError naming the first bad one."""
     if not args.url:
         raise BenchError("--url is required (the endpoint, e.g. http://127.0.0.1:8000)")
-    parts = urlsplit(args.url)
+    try:
+        parts = urlsplit(args.url)
+    except ValueError:
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BenchError(f"--url: expected an http:// or https:// URL, got {args.url!r}")
+        raise BenchError(f"--url: expected an http:// or https:// URL, got "
+                         f"{redact.url(args.url)!r}")
+    redact.remember_url(args.url)
     if args.requests is not None and args.duration is not None:
         raise BenchError("give --requests or --duration, not both")
     if args.concurrency is not None and args.rate is not None:

@@ -21,6 +21,11 @@ from exporter.metrics import Family
 Series = tuple[Family, MetricWrapperBase, tuple[str, ...]]
 
 
+class RunSkipped(Exception):
+    """Raised by a run that measured nothing by design (the endpoint said when to come back):
+    recorded as ``skipped``, the check's failing or healthy state left as it was."""
+
+
 class Check(ABC):
     #: The check family, e.g. "engine"; instances are named "<kind>/<target>".
     kind: str = ""

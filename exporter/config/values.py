@@ -83,6 +83,7 @@ def _check_url(value: Any) -> str:
     if isinstance(value, str):
         parts = urlsplit(value)
         if parts.scheme in ("http", "https") and parts.hostname:
+            redact.remember_url(value)
             return value
     raise PydanticCustomError(
         "url", "expected an http:// or https:// URL with a host, got {v}",

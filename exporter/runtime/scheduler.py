@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from exporter import metrics, redact
-from exporter.checks.base import Check, Series
+from exporter.checks.base import Check, RunSkipped, Series
 from exporter.runtime.exposition import Prepared
 
 log = logging.getLogger("exporter.runtime.scheduler")
@@ -134,6 +134,8 @@ class Scheduler:
             exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
             if exc is None:
                 return self._record(check, metrics.CHECK_SUCCESS, elapsed, "")
+            if isinstance(exc, RunSkipped):
+                return self._record(check, metrics.CHECK_SKIPPED, elapsed, str(exc), held=True)
             return self._record(check, metrics.CHECK_ERROR, elapsed, _describe(exc))
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -148,15 +150,21 @@ class Scheduler:
             check, metrics.CHECK_TIMEOUT, elapsed, f"run exceeded timeout of {check.timeout:g}s"
         )
 
-    def _record(self, check: Check, outcome: str, elapsed: float, error: str) -> str:
+    def _record(
+        self, check: Check, outcome: str, elapsed: float, error: str, held: bool = False
+    ) -> str:
         state = self.state[check.name]
         state.runs += 1
-        state.last_outcome = outcome
-        state.last_duration = elapsed
         state.last_run_at = time.time()
-        state.last_error = redact.text(error)  # shown on `/` and logged
         self._runs.labels(check.name, outcome).inc()
         self._duration.labels(check.name).observe(elapsed)
+        if held:
+            # Nothing was measured: the last real outcome (and its error) is still the news,
+            # and a check held between failures must not flap failing/recovered in the log.
+            return outcome
+        state.last_outcome = outcome
+        state.last_duration = elapsed
+        state.last_error = redact.text(error)  # shown on `/` and logged
         failing = outcome != metrics.CHECK_SUCCESS
         if failing and not state.failing:
             log.warning(

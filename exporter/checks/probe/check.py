@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from prometheus_client import CollectorRegistry
 
 from exporter import metrics
-from exporter.checks.base import Check
+from exporter.checks.base import Check, RunSkipped
 from exporter.config.models import Config, ProbeConfig, SloConfig
 from exporter.metrics import ProbeOutcome
 from exporter.probing.client import Client
@@ -163,10 +163,10 @@ class ProbeCheck(Check):
         )
 
     async def run(self) -> None:
-        if time.monotonic() < self._hold_until:
+        if (wait := self._hold_until - time.monotonic()) > 0:
             # Not a failure of this run: the endpoint said when to come back.
             self._m.held_off.labels(*self._labels).inc()
-            return
+            raise RunSkipped(f"held off: the endpoint asked for {wait:.0f}s more (Retry-After)")
         spec = self.request()
         async with self.gate.slot():
             result = await self._client.send(spec, self.timeouts)

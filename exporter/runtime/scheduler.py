@@ -161,6 +161,7 @@ class Scheduler:
         if held:
             # Nothing was measured: the last real outcome (and its error) is still the news,
             # and a check held between failures must not flap failing/recovered in the log.
+            self._prepare(check)
             return outcome
         state.last_outcome = outcome
         state.last_duration = elapsed

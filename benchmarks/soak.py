@@ -15,8 +15,8 @@ Measured over the run: the exporter's RSS, open file descriptors and threads, /m
 and p99 and its size, and schedule slip (runs the healthy probe and engine missed against
 their interval). The named reference is the first ``--reference`` minutes of the same run:
 each figure is printed for that window and for the last window of the same length, with the
-ratio late/early, plus the RSS trend over the second half (MB per hour, fitted to each
-minute's highest RSS: the allocator's high-water mark, which is what keeps the memory).
+ratio late/early, plus the RSS trend over the second half (MB per hour, a Theil-Sen fit to
+each minute's highest RSS: the allocator's high-water mark, which is what keeps the memory).
 
 Run (from the repository root): .venv/bin/python -m benchmarks.soak --minutes 20
 Exit status 1 if the exporter died, a /metrics scrape failed, a canary secret showed, fds or
@@ -169,16 +169,16 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def slope_mb_per_hour(ticks: list[Tick]) -> float:
-    """Least-squares trend of each minute's highest RSS over ``ticks``."""
+    """Trend of each minute's highest RSS over ``ticks``: the median of the slopes between
+    every two minutes (Theil-Sen), so one transient spike (a bomb parsed while a page renders)
+    does not tilt it."""
     peaks: dict[int, float] = {}
     for t in ticks:
         peaks[int(t.at // 60)] = max(peaks.get(int(t.at // 60), 0.0), t.rss_mb)
-    if len(peaks) < 3:
-        return float("nan")
-    xs, ys = [60.0 * m for m in peaks], list(peaks.values())
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    den = sum((x - mx) ** 2 for x in xs)
-    return 3600 * sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den
+    minutes = sorted(peaks)
+    slopes = [(peaks[b] - peaks[a]) / (b - a) for i, a in enumerate(minutes)
+              for b in minutes[i + 1:]]
+    return 60 * statistics.median(slopes) if slopes else float("nan")
 
 
 def window(s: Soak, lo: float, hi: float) -> dict[str, float]:

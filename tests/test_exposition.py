@@ -17,6 +17,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from exporter.checks.path.check import PathCheck
 from exporter.config.load import parse_config
 from exporter.runtime.app import App
+from exporter.runtime.exposition import render
 from tests.support.procs import free_port
 from tests.support.samples import parse
 
@@ -110,5 +111,27 @@ async def test_render_is_off_the_event_loop(listener: int) -> None:
         assert seen and seen[0] != threading.current_thread().name
         assert seen[0].startswith("metrics")
         await asyncio.sleep(0)
+    finally:
+        await app.shutdown()
+
+
+async def test_a_family_prepared_during_a_scrape_is_served_once(listener: int) -> None:
+    """A check's first success prepares a new family (its last-success gauge) on the event
+    loop while a scrape renders on the render thread: whichever half the scrape's snapshot
+    gave the family to serves it, never both."""
+    app = App(parse_config(config_text(listener)), "cfg.yaml")
+    try:
+        gen = app.gen
+        scheduler = gen.scheduler
+        snapshot = scheduler.prepared.parents  # what a scrape starting now has decided
+        live = gen.live(snapshot)
+        for check in scheduler.checks:
+            await scheduler.run_once(check)  # the scrape is still rendering meanwhile
+        assert scheduler.prepared.parents - snapshot, "nothing new was prepared"
+        body = render(live, scheduler.prepared, False, only=snapshot).decode()
+        parse(body)  # raises on a sample served twice
+        stale = render(live, scheduler.prepared, False).decode()
+        with pytest.raises(AssertionError, match="duplicate sample"):
+            parse(stale)  # what the scrape served before the snapshot was shared
     finally:
         await app.shutdown()

@@ -81,9 +81,8 @@ class Generation:
             if not isinstance(c, MetricWrapperBase) or next(iter(c.describe())).name in COLLECTED:
                 yield from c.collect()
 
-    def live(self) -> list[Collector]:
-        """The collectors a scrape renders now: those whose series no check owns."""
-        prepared = self.scheduler.prepared.parents
+    def live(self, prepared: set[MetricWrapperBase]) -> list[Collector]:
+        """The collectors a scrape renders now: those not among the ``prepared`` families."""
         return [c for c in self.registry.collectors if c not in prepared]
 
 
@@ -175,10 +174,14 @@ class App:
     async def metrics_body(self, openmetrics: bool, gzipped: bool = False) -> bytes:
         """The /metrics exposition, rendered (and gzipped) on the render thread."""
         gen = self.gen
-        live = [c for c in self._root.collectors if c is not self._delegate] + gen.live()
+        # One snapshot of the prepared families decides both halves: a family a check's
+        # first success prepares while this scrape renders is then served live, not twice.
+        prepared = gen.scheduler.prepared.parents
+        live = [c for c in self._root.collectors if c is not self._delegate] + gen.live(prepared)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._render_pool, render, live, gen.scheduler.prepared, openmetrics, gzipped
+            self._render_pool, render, live, gen.scheduler.prepared, openmetrics, gzipped,
+            prepared,
         )
 
     @property

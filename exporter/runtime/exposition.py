@@ -118,11 +118,13 @@ class Prepared:
             self._families[parent].lines[owner] = "".join(lines)
         self._owned[owner] = set(pieces)
 
-    def text(self, openmetrics: bool) -> str:
-        """Every prepared family, each with its header; safe from another thread (a
-        piece is replaced whole, and list() of a dict's values holds the GIL)."""
+    def text(self, openmetrics: bool, only: set[MetricWrapperBase] | None = None) -> str:
+        """Every prepared family (of ``only``, when given), each with its header; safe from
+        another thread (a piece is replaced whole, and list() of a dict holds the GIL)."""
         out = []
-        for family in list(self._families.values()):
+        for parent, family in list(self._families.items()):
+            if only is not None and parent not in only:
+                continue
             lines = list(family.lines.values())
             if lines:
                 out.append(family.headers[openmetrics])
@@ -140,15 +142,16 @@ class _Collectors:
 
 
 def render(
-    live: list[Collector], prepared: Prepared, openmetrics: bool, gzipped: bool = False
+    live: list[Collector], prepared: Prepared, openmetrics: bool, gzipped: bool = False,
+    only: set[MetricWrapperBase] | None = None,
 ) -> bytes:
     """The whole exposition: the ``live`` collectors rendered now, then the prepared text;
     gzipped at level 1 (3x faster than the default, for 20 % more bytes: 7 MB at 1000
     path targets is 20 ms instead of 60)."""
     if not openmetrics:
-        body = generate_latest(_Collectors(live)) + prepared.text(False).encode()
+        body = generate_latest(_Collectors(live)) + prepared.text(False, only).encode()
     else:
         head = _openmetrics(_Collectors(live))
         assert head.endswith(_EOF.encode())
-        body = head[: -len(_EOF)] + (prepared.text(True) + _EOF).encode()
+        body = head[: -len(_EOF)] + (prepared.text(True, only) + _EOF).encode()
     return gzip.compress(body, compresslevel=1) if gzipped else body

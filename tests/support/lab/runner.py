@@ -256,6 +256,22 @@ class LabRun:
         except ValueError:
             raise LabError("diagnose --prometheus --json printed no JSON") from None
 
+    def alerts(self) -> list[str]:
+        """Every alert the generated rules have pending or firing in the run's Prometheus
+        (``alertname{labels}``): a healthy run pages nobody, not even pending."""
+        status, body = self.client_get(
+            "/api/v1/query?query=ALERTS", port=PROMETHEUS_PORT, timeout=10)
+        if status != 200:
+            raise LabError(f"Prometheus ALERTS query: HTTP {status or 'no answer'}")
+        found = []
+        for series in json.loads(body)["data"]["result"]:
+            labels = dict(series["metric"])
+            name = labels.pop("alertname", "?")
+            labels.pop("__name__", None)
+            found.append(name + "{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+                         + "}")
+        return sorted(found)
+
     def close(self) -> None:
         if self.lab is not None:
             self.lab.close()
@@ -314,5 +330,8 @@ def run_scenario(scenario: Scenario, workdir: Path, sources: tuple[str, ...],
         out = {}
         for source in sources:
             diagnosis = run.diagnosis(source)
-            out[source] = (diagnosis, match(expect, diagnosis))
+            why = match(expect, diagnosis)
+            if source == "prometheus" and not expect:
+                why += [f"expected no alert, got {a}" for a in run.alerts()]
+            out[source] = (diagnosis, why)
         return out

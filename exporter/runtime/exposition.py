@@ -69,7 +69,6 @@ class _Family:
             False: self._header(schema.name, schema),
             True: self._header(schema.base, schema),  # OpenMetrics: a counter's name w/o _total
         }
-        self.lines: dict[str, str] = {}  # owner -> its sample lines
         self._labels: dict[tuple[str, ...], str] = {}  # label values -> their text
 
     @staticmethod
@@ -92,11 +91,13 @@ class _Family:
 
 
 class Prepared:
-    """Text of the series owned by checks, one piece per (family, owner)."""
+    """Text of the series owned by checks: per owner, one piece per family it has."""
 
     def __init__(self) -> None:
         self._families: dict[MetricWrapperBase, _Family] = {}
-        self._owned: dict[str, set[MetricWrapperBase]] = {}
+        # owner -> {family: its sample lines}, replaced whole by each update, so a scrape
+        # on another thread sees all of one run's series or none (a run's counters agree).
+        self._by_owner: dict[str, dict[MetricWrapperBase, str]] = {}
 
     @property
     def parents(self) -> set[MetricWrapperBase]:
@@ -112,20 +113,17 @@ class Prepared:
             if family is None:
                 family = self._families[parent] = _Family(schema)
             pieces.setdefault(parent, []).append(family.render(parent, values))
-        for parent in self._owned.get(owner, set()) - pieces.keys():
-            self._families[parent].lines.pop(owner, None)
-        for parent, lines in pieces.items():
-            self._families[parent].lines[owner] = "".join(lines)
-        self._owned[owner] = set(pieces)
+        self._by_owner[owner] = {parent: "".join(lines) for parent, lines in pieces.items()}
 
     def text(self, openmetrics: bool, only: set[MetricWrapperBase] | None = None) -> str:
         """Every prepared family (of ``only``, when given), each with its header; safe from
-        another thread (a piece is replaced whole, and list() of a dict holds the GIL)."""
+        another thread (list() of a dict holds the GIL; an owner's pieces are replaced whole)."""
+        owners = list(self._by_owner.values())
         out = []
         for parent, family in list(self._families.items()):
             if only is not None and parent not in only:
                 continue
-            lines = list(family.lines.values())
+            lines = [piece[parent] for piece in owners if parent in piece]
             if lines:
                 out.append(family.headers[openmetrics])
                 out.extend(lines)

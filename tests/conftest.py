@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.netlab import Lab, require_lab
 from tests.support.procs import Proc
 from tests.support.simulator import Simulator, StartSimulator, start_simulator
 
@@ -42,3 +44,15 @@ def simulator() -> Iterator[StartSimulator]:
     yield _start
     for sim in reversed(started):
         sim.stop()
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    """A network-namespace lab (tests/support/netlab.py) for the test, torn down after it,
+    pass or fail; skipped without root, ip or nft, except under CI=true, where it fails."""
+    require_lab()
+    netlab = Lab(tmp_path)
+    try:
+        yield netlab
+    finally:
+        netlab.close()

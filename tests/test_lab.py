@@ -150,16 +150,6 @@ def test_delay_proxy_stalls_each_answer_once() -> None:
 
 
 # --- namespaces ------------------------------------------------------------------------------
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    require_lab()
-    lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
-
-
 def test_nftables_drops_the_configured_share(lab: Lab) -> None:
     client, far = lab.netns("c"), lab.netns("far")
     lab.link(client, "198.18.0.1", far, "198.18.0.2")

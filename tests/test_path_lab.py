@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,20 +25,9 @@ from exporter.checks.path.check import PathCheck
 from exporter.checks.path.route import RouteCheck
 from exporter.config.load import parse_config
 from tests.support import ROOT
-from tests.support.netlab import Lab, Responder, binomial_interval, in_netns, require_lab, sh
+from tests.support.netlab import Lab, Responder, binomial_interval, in_netns, sh
 from tests.support.procs import http_get
 from tests.support.samples import parse, registry_value
-
-
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    require_lab()
-    lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
-
 
 # name: (delay s, uniform jitter +- s, loss ratio), the shapes of the benchmark paths
 PATHS = {

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -20,21 +18,11 @@ from exporter.checks.path import check as path
 from exporter.checks.path.check import PathCheck
 from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer
 from exporter.config.load import parse_config
-from tests.support.netlab import Lab, in_netns, require_lab
+from tests.support.netlab import Lab, in_netns
 from tests.support.samples import registry_value
 
 TARGETS, BURST = 200, 5
 SILENT = {f"127.0.1.{i}" for i in range(1, TARGETS + 1) if i % 10 == 0}
-
-
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    require_lab()
-    lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def targets_config(extra: str = "", n: int = TARGETS) -> str:

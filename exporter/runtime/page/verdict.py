@@ -66,7 +66,9 @@ def verdict_html(doc: dict[str, Any] | None) -> str:
     if cleared:
         parts.append("<h3>Ruled out</h3><ul>" + "".join(
             f"<li>{_e(s.get('step'))}"
-            + (": " + _e(", ".join(str(e.get("metric")) for e in s.get("evidence") or []))
+            # One name per metric: the evidence holds a row per carrier or target.
+            + (": " + _e(", ".join(dict.fromkeys(
+                str(e.get("metric")) for e in s.get("evidence") or [])))
                if s.get("evidence") else "")
             + "</li>"
             for s in cleared

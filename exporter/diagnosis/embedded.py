@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from exporter.config.models import Config, ProbeConfig
@@ -50,9 +51,11 @@ def _wanted(labels: stats.Labels, match: declare.Match) -> bool:
     return True
 
 
-def _key(k: Key, names: tuple[str, ...]) -> tuple[str, ...]:
-    have = stats._as_dict(k[1])
-    return tuple(declare.le_text(k[2] if k[2] is not None else float("nan"))
+# Every evaluation groups the same few thousand series by the same few label lists.
+@lru_cache(maxsize=1 << 16)
+def _key(labels: stats.Labels, le: float | None, names: tuple[str, ...]) -> tuple[str, ...]:
+    have = stats._as_dict(labels)
+    return tuple(declare.le_text(le if le is not None else float("nan"))
                  if n == declare.LE else have.get(n, "") for n in names)
 
 
@@ -62,7 +65,7 @@ def _group(items: Iterable[tuple[Key, float]], names: tuple[str, ...], match: de
     for k, v in items:
         if not _wanted(k[1], match):
             continue
-        g = _key(k, names)
+        g = _key(k[1], k[2], names)
         out[g] = (out[g] + v if combine == "sum" else max(out[g], v)) if g in out else v
     return out
 
@@ -77,6 +80,8 @@ class Evaluator:
     history: History | None
     config: Config
     _everything: list[Snapshot] | None = field(default=None, repr=False)
+    # Several declarations read one leaf (finished requests: five of them): compute once.
+    _done: dict[tuple[Leaf, Kind, bool], Values] = field(default_factory=dict, repr=False)
 
     def context(self) -> Context:
         return Context(self.leaf, self.seconds, self.config)
@@ -92,6 +97,12 @@ class Evaluator:
         return self._everything
 
     def leaf(self, leaf: Leaf, kind: Kind, base: bool) -> Values:
+        got = self._done.get((leaf, kind, base))
+        if got is None:
+            got = self._done[(leaf, kind, base)] = self._leaf(leaf, kind, base)
+        return got
+
+    def _leaf(self, leaf: Leaf, kind: Kind, base: bool) -> Values:
         w = self.window
         if base and not self.baseline.ready:
             return {}
@@ -145,7 +156,7 @@ def _mean_over(series: Iterable[tuple[Key, list[float]]], names: tuple[str, ...]
     for k, values in series:
         if not _wanted(k[1], match):
             continue
-        at = per.setdefault(_key(k, names), {})
+        at = per.setdefault(_key(k[1], k[2], names), {})
         # Align from the newest end: a series that appeared late has fewer values.
         n = len(values)
         for j, v in enumerate(values):

@@ -1,7 +1,7 @@
 """The PromQL evaluator of the declarations in ``observables.py``: one instant query per
 leaf, aggregated to the key of the window it fills (probe, path, route, engine, GPU,
 check), all evaluated at the end of the diagnosis window. The arithmetic on the answers
-(ratios, fallbacks, counts over a threshold) is ``declare.evaluate``'s, shared with the
+(ratios, fallbacks, counts over a threshold) is ``d.evaluate``'s, shared with the
 embedded source.
 
 Names come from :mod:`exporter.metrics` (raw families) and :mod:`exporter.monitoring.names`
@@ -27,19 +27,9 @@ from dataclasses import dataclass
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.diagnosis import declare, observables
-from exporter.diagnosis.declare import (
-    Increase,
-    InPeak,
-    Kind,
-    Last,
-    Leaf,
-    MaxOverTime,
-    MeanOverTime,
-    Quantile,
-    Recorded,
-    Seen,
-)
+from exporter.diagnosis import declare as d
+from exporter.diagnosis import observables
+from exporter.diagnosis.declare import Kind, Leaf, Quantile
 from exporter.monitoring.names import RATE, SOURCE
 from exporter.monitoring.promql import alternation, prom_duration
 
@@ -72,7 +62,7 @@ class Window:
                    prom_duration(config.diagnosis.baseline_step), config.diagnosis.baseline_step)
 
 
-def matcher(match: declare.Match) -> str:
+def matcher(match: d.Match) -> str:
     if not match:
         return ""
     parts = [f'{k}="{v}"' if isinstance(v, str) else f'{k}=~"{alternation(v)}"'
@@ -113,7 +103,7 @@ def _quantile(leaf: Quantile, k: tuple[str, ...], w: Window, base: bool) -> str:
     m = matcher(leaf.match)
     if reads_recorded(w) and not base and not leaf.match and leaf.recorded is not None:
         return f"max by ({by(k)}) ({dict(leaf.recorded.by_quantile())[leaf.q]})"
-    labels = (declare.LE, *k, *leaf.per)
+    labels = (d.LE, *k, *leaf.per)
     bucket = f"{leaf.family.name}_bucket{m}"
     counts = (_offpeak(labels, bucket, w) if base
               else f"sum by ({by(labels)}) (rate({bucket}[{w.range}]))")
@@ -124,9 +114,9 @@ def leaf_query(leaf: Leaf, kind: Kind, base: bool, w: Window) -> str:
     k = kind.key
     if isinstance(leaf, Quantile):
         return _quantile(leaf, k, w, base)
-    if isinstance(leaf, Recorded):
+    if isinstance(leaf, d.Recorded):
         return f"max by ({by(k)}) ({leaf.series})"
-    if isinstance(leaf, Increase):
+    if isinstance(leaf, d.Increase):
         s = f"{leaf.sample}{matcher(leaf.match)}"
         labels = (*k, *leaf.by)
         if base:
@@ -138,17 +128,17 @@ def leaf_query(leaf: Leaf, kind: Kind, base: bool, w: Window) -> str:
         return f"sum by ({by(labels)}) (increase({s}[{w.range}]))"
     if base:
         raise ValueError(f"no baseline of {leaf}")
-    if isinstance(leaf, MeanOverTime):
+    if isinstance(leaf, d.MeanOverTime):
         s = f"{leaf.sample}{matcher(leaf.match)}"
         return f"sum by ({by((*k, *leaf.by))}) (avg_over_time({s}[{w.range}]))"
-    if isinstance(leaf, MaxOverTime):
+    if isinstance(leaf, d.MaxOverTime):
         span = w.history if leaf.history else w.range
         return f"{leaf.combine} by ({by(k)}) (max_over_time({leaf.sample}[{span}]))"
-    if isinstance(leaf, Last):
+    if isinstance(leaf, d.Last):
         return f"{leaf.combine} by ({by((*k, *leaf.by))}) ({leaf.sample})"
-    if isinstance(leaf, Seen):
+    if isinstance(leaf, d.Seen):
         return f"max by ({by((*k, *leaf.by))}) (max_over_time({leaf.sample}[{w.lookback}]))"
-    if isinstance(leaf, InPeak):
+    if isinstance(leaf, d.InPeak):
         # Each window takes the peak-window state of the exporter that measures it.
         return (f"max by ({by(k)}) (group by ({by(SOURCE)}, {by(k)}) ({kind.presence})\n"
                 f"* on ({by(SOURCE)}) group_left\nmax by ({by(SOURCE)}) ({_PEAK}))")
@@ -162,10 +152,10 @@ def plan(seconds: float, config: Config) -> dict[Planned, str]:
     out: dict[Planned, str] = {}
     for table in observables.TABLES:
         for o in table:
-            for leaf, base in declare.in_baseline(o.expr, reads_recorded(w)):
+            for leaf, base in d.in_baseline(o.expr, reads_recorded(w)):
                 out.setdefault((leaf, o.kind, base), leaf_query(leaf, o.kind, base, w))
                 if base:
-                    before = not isinstance(leaf, Recorded)
+                    before = not isinstance(leaf, d.Recorded)
                     out.setdefault((None, o.kind, before), coverage(o.kind, w, before))
     return out
 

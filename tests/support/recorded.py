@@ -94,14 +94,19 @@ class Fleet:
             self.hists[key] = Histogram(self.hists[key].bounds)
 
 
+def _rows(names: tuple[str, ...], rows: tuple[tuple[str, ...], ...]
+          ) -> Iterator[tuple[tuple[str, ...], dict[str, str]]]:
+    for values in rows:
+        yield values, dict(zip(names, values, strict=True))
+
+
 ENGINE_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 def _probe_tick(f: Fleet, minute: int) -> list[RawSample]:
     out: list[RawSample] = []
     r = f.rng
-    for values in PROBES:
-        labels = dict(zip(metrics.PROBE_LABELS, values, strict=True))
+    for values, labels in _rows(metrics.PROBE_LABELS, PROBES):
         slow = 2.0 if values[2] == "long_context" else 1.0
         ok = r.randint(0, 3)
         failed = r.random() < 0.3
@@ -141,8 +146,7 @@ def _probe_tick(f: Fleet, minute: int) -> list[RawSample]:
 def _path_tick(f: Fleet, minute: int, first: bool) -> list[RawSample]:
     out: list[RawSample] = []
     r = f.rng
-    for values in PATHS:
-        labels = dict(zip(metrics.PATH_LABELS, values, strict=True))
+    for values, labels in _rows(metrics.PATH_LABELS, PATHS):
         lossy = values[0] == "mobile" and minute in PEAK_MINUTES[0]
         sent = 5
         received = sum(1 for _ in range(sent) if r.random() > (0.08 if lossy else 0.005))
@@ -220,8 +224,7 @@ def _engine_tick(f: Fleet, minute: int) -> list[RawSample]:
 def _gpu_tick(f: Fleet, minute: int, first: bool) -> list[RawSample]:
     out: list[RawSample] = []
     r = f.rng
-    for values in GPUS:
-        labels = dict(zip(metrics.GPU_LABELS, values, strict=True))
+    for values, labels in _rows(metrics.GPU_LABELS, GPUS):
         out.append((metrics.GPU_UTILIZATION.name, labels, r.uniform(0.3, 0.95)))
         out.append((metrics.GPU_DRAM_BANDWIDTH_UTILIZATION.name, labels, r.uniform(0.2, 0.9)))
         out.append((metrics.GPU_MEMORY_TOTAL.name, labels, 141e9))

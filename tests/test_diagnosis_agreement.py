@@ -28,7 +28,7 @@ import pytest
 
 from exporter.config.load import parse_config
 from exporter.config.models import Config
-from exporter.diagnosis import declare, embedded, observables, prometheus
+from exporter.diagnosis import declare, embedded, families, observables, prometheus
 from exporter.diagnosis import promqueries as pq
 from exporter.diagnosis.promapi import PromClient
 from exporter.diagnosis.windows import History
@@ -126,6 +126,24 @@ def test_every_field_is_declared_once() -> None:
     for table in observables.TABLES:
         fields = [o.field for o in table]
         assert len(fields) == len(set(fields)), fields
+
+
+def test_the_embedded_history_keeps_every_sample_a_declaration_reads() -> None:
+    """A row over a family the history does not keep would be absent from the exporter
+    alone: the window families hold every sample, the coarse ones every baseline's."""
+    for table in observables.TABLES:
+        for o in table:
+            for leaf, base in declare.in_baseline(o.expr):
+                if isinstance(leaf, declare.Quantile):
+                    sample = f"{leaf.family.name}_bucket"
+                elif isinstance(leaf, declare.InPeak):
+                    sample = o.kind.presence
+                else:
+                    assert isinstance(leaf, declare.Increase | declare.MeanOverTime
+                                      | declare.MaxOverTime | declare.Last | declare.Seen)
+                    sample = leaf.sample
+                assert sample in families.KINDS, (o.field, sample)
+                assert not base or sample in families.COARSE_SAMPLES, (o.field, sample)
 
 
 def test_the_observations_agree_too(fleet: dict[str, Any], config: Config) -> None:

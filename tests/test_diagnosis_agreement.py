@@ -17,6 +17,7 @@ selector holds the same samples.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import subprocess
@@ -30,6 +31,7 @@ from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.diagnosis import declare, embedded, families, observables, prometheus
 from exporter.diagnosis import promqueries as pq
+from exporter.diagnosis.observations import EngineWindow, GpuWindow, PathWindow, ProbeWindow
 from exporter.diagnosis.promapi import PromClient
 from exporter.diagnosis.windows import History
 from exporter.monitoring import names
@@ -122,10 +124,21 @@ def test_both_sources_give_the_same_numbers(
 
 
 def test_every_field_is_declared_once() -> None:
-    """Each table fills its window's fields, none twice: what a new observation adds."""
-    for table in observables.TABLES:
+    """Each table fills fields of its window, none twice, and every measured field of a
+    window has its row: what a new observation adds."""
+    # What names a window, the config's own values, and the sum of the outcomes.
+    named = {"target", "vantage", "site"}
+    for table, window, identity in (
+        (observables.PROBE_TABLE, ProbeWindow, {"probe", "profile", "carrier", "engine",
+                                                "requests", "slo_ttft", "slo_tpot",
+                                                "timeout_total"}),
+        (observables.PATH_TABLE, PathWindow, {"carrier", "region", "protocol"}),
+        (observables.ENGINE_TABLE, EngineWindow, {"engine"}),
+        (observables.GPU_TABLE, GpuWindow, {"gpu", "name", "engine"}),
+    ):
         fields = [o.field for o in table]
         assert len(fields) == len(set(fields)), fields
+        assert set(fields) == {f.name for f in dataclasses.fields(window)} - identity - named
 
 
 def test_the_embedded_history_keeps_every_sample_a_declaration_reads() -> None:

@@ -205,10 +205,14 @@ GPU_TABLE: tuple[Observable, ...] = (
                MeanOverTime(metrics.GPU_DRAM_BANDWIDTH_UTILIZATION.name)),
 )
 
+def runs(values: By, config: Config) -> dict[tuple[str, ...], float]:
+    return dict(values)
+
+
+#: What ``Observations.failing_checks`` is decided from (``failing``).
 CHECK_TABLE: tuple[Observable, ...] = (
     Observable("check_runs", CHECK, Increase(
-        metrics.EXPORTER_CHECK_RUNS.name, (metrics.EXPORTER_CHECK_RUNS.labels[-1],)),
-        lambda values, config: dict(values)),
+        metrics.EXPORTER_CHECK_RUNS.name, (metrics.EXPORTER_CHECK_RUNS.labels[-1],)), runs),
 )
 
 TABLES: tuple[tuple[Observable, ...], ...] = (

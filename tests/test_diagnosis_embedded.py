@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from exporter import metrics
 from exporter.config.load import parse_config
-from exporter.diagnosis import stats
-from exporter.diagnosis.embedded import history_facts, observe
+from exporter.diagnosis import declare, observables, stats
+from exporter.diagnosis.embedded import Evaluator, observe
 from exporter.diagnosis.families import RawSample, raw_samples
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis, Evidence, Step, Verdict
@@ -203,9 +203,14 @@ def test_route_classes_and_batch_peaks_between_coarse_snapshots_are_kept() -> No
         busy = 16.0 if t == 20 else 4.0
         h.record([(info, {**route, "route_class": cls}, 1.0),
                   (running, {"target": "main"}, busy)], at=float(t))
-    facts = history_facts(h)
-    assert facts.route_classes[("telecom", "sh")] == {"cn2_gia", "chinanet_163"}
-    assert facts.running_max["main"] == 16.0
+    w = h.window_at(198.0)
+    assert w is not None
+    ctx = Evaluator(w, h.baseline, h, parse_config("{}")).context()
+    (best,) = (o for o in observables.PATH_TABLE if o.field == "best_route_class")
+    seen = declare.evaluate(best.expr, best.kind, ctx)
+    assert {k[-1] for k, v in seen.items() if v == 1} == {"cn2_gia", "chinanet_163"}
+    (batch,) = (o for o in observables.ENGINE_TABLE if o.field == "running_max")
+    assert declare.evaluate(batch.expr, batch.kind, ctx) == {("main", "", ""): 16.0}
 
 
 def test_deques_and_snapshots_never_exceed_their_bounds() -> None:

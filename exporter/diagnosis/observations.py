@@ -1,7 +1,8 @@
 """What the decision chain reads: one window of every layer's numbers, source-independent.
 
-Both sources fill these: the embedded one from the exporter's own rolling windows, the
-Prometheus one from PromQL over the recording rules. A value a source cannot give is None
+Both sources fill these from one declaration per measured field (``observables.py``): the
+embedded one over the exporter's own rolling windows, the Prometheus one as PromQL. A new
+measured field here is a row there. A value a source cannot give is None
 (never 0): the chain then concludes ``no_data`` for what needed it, never a guess. Baselines
 are the same statistic over the off-peak hours of the history (peak_windows), None until the
 history holds enough of them.

@@ -1,7 +1,8 @@
 """The Prometheus source: :class:`Observations` for a window ending at a given time, from
 PromQL over any Prometheus-compatible HTTP API (Prometheus, Thanos, Mimir,
-VictoriaMetrics). The queries are in :mod:`exporter.diagnosis.promqueries`; this module runs
-them and puts the answers into the windows the chain reads.
+VictoriaMetrics). The declarations are ``observables.py``'s, their queries
+:mod:`exporter.diagnosis.promqueries`'; this module runs them and puts the answers into the
+windows the chain reads.
 
 Across a fleet, the ``site`` / ``vantage`` external labels of the edge servers stay on every
 window, so the chain can tell a probe slow from one carrier's vantage point from the same
@@ -12,13 +13,13 @@ counts), so the chain concludes ``no_data`` rather than guessing.
 from __future__ import annotations
 
 import datetime as dt
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from exporter.config.models import Config, ProbeConfig
+from exporter.diagnosis import declare, observables
 from exporter.diagnosis import promqueries as pq
+from exporter.diagnosis.declare import Context, Kind, Leaf, Values
 from exporter.diagnosis.observations import (
     EngineWindow,
     GpuWindow,
@@ -27,55 +28,71 @@ from exporter.diagnosis.observations import (
     ProbeWindow,
 )
 from exporter.diagnosis.promapi import PromClient, PrometheusError, Sample
-from exporter.metrics import ProbeOutcome
 
 __all__ = ["PrometheusError", "PrometheusSource", "observe"]
 
-Key = tuple[str, ...]
-Results = Mapping[str, list[Sample]]
+Results = Mapping[pq.Planned, list[Sample]]
 #: Queries in flight at once: enough that a remote Mimir answers in about one round trip
 #: per layer, few enough not to look like a flood to its limits.
 PARALLEL = 8
 
 
-def keyed(samples: Iterable[Sample], key: Key) -> dict[Key, float | None]:
-    return {tuple(s.labels.get(k, "") for k in key): s.value for s in samples}
+def _names(leaf: Leaf, kind: Kind) -> tuple[str, ...]:
+    return (*kind.key, *getattr(leaf, "by", ()))
 
 
-def count(value: float | None) -> int:
-    """increase() extrapolates to the window's edges: 9.99 requests were 10."""
-    return max(0, round(value)) if value is not None else 0
+def values_of(samples: list[Sample], names: tuple[str, ...]) -> Values:
+    """One leaf's answer keyed as the declarations key it (bucket bounds as numbers: "2"
+    is "2.0", which PromQL label matching could not tell)."""
+    out: Values = {}
+    for s in samples:
+        if s.value is None:
+            continue
+        out[tuple(declare.le_text(float(s.labels.get(n, "nan"))) if n == declare.LE
+                  else s.labels.get(n, "") for n in names)] = s.value
+    return out
 
 
-def per_second(total: float | None, seconds: float) -> float | None:
-    return total / seconds if total is not None and seconds > 0 else None
+def context(r: Results, config: Config, window: float) -> Context:
+    """The declarations' evaluation context over one set of answers."""
+    cache: dict[pq.Planned, Values] = {}
+    w = pq.Window.of(window, config)
 
+    def answer(planned: pq.Planned, names: tuple[str, ...]) -> Values:
+        got = cache.get(planned)
+        if got is None:
+            got = cache[planned] = values_of(r.get(planned, []), names)
+        return got
 
-def mean(total: float | None, n: float | None) -> float | None:
-    if total is None or not n:
-        return None
-    return total / n
+    def seconds(kind: Kind, key: tuple[str, ...], base: bool, before: bool = True
+                ) -> float | None:
+        if not base:
+            return window
+        covered = answer((None, kind, before), kind.key).get(key)
+        return covered if covered is not None and covered >= config.diagnosis.min_baseline \
+            else None
 
+    def leaf(x: Leaf, kind: Kind, base: bool) -> Values:
+        got = answer((x, kind, base), _names(x, kind))
+        if not base:
+            return got
+        before = not isinstance(x, declare.Recorded)
+        n = len(kind.key)
+        return {k: v for k, v in got.items() if seconds(kind, k[:n], True, before)}
 
-def covered(steps: float | None, config: Config) -> float | None:
-    """Seconds of history a baseline stands on (``promqueries.coverage``); None under
-    ``diagnosis.min_baseline``, as the embedded source has no baseline until then."""
-    if steps is None:
-        return None
-    seconds = steps * config.diagnosis.baseline_step
-    return seconds if seconds >= config.diagnosis.min_baseline else None
+    return Context(leaf, seconds, config, pq.reads_recorded(w))
 
 
 class PrometheusSource:
     """Observations from one Prometheus-compatible API; ``config`` gives the SLOs, the
-    thresholds the queries need (stall length, throttle share) and the baseline spans."""
+    thresholds (stall length, throttle share) and the baseline spans."""
 
     def __init__(self, client: PromClient, config: Config) -> None:
         self.client = client
         self.config = config
 
-    def run(self, at: dt.datetime, window: float) -> dict[str, list[Sample]]:
-        queries = pq.all_queries(window, self.config)
+    def run(self, at: dt.datetime, window: float) -> dict[pq.Planned, list[Sample]]:
+        queries = pq.plan(window, self.config)
         when = at.timestamp()
         pool = ThreadPoolExecutor(PARALLEL)
         try:
@@ -87,17 +104,28 @@ class PrometheusSource:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def observe(self, at: dt.datetime, window: float) -> Observations:
-        r = self.run(at, window)
-        return Observations(
-            at=at,
-            window=window,
-            source="prometheus",
-            probes=tuple(_probes(r, self.config)),
-            paths=tuple(_paths(r, self.config)),
-            engines=tuple(_engines(r, window, self.config)),
-            gpus=tuple(_gpus(r)),
-            failing_checks=_failing_checks(r),
-        )
+        return observations(self.run(at, window), self.config, at, window)
+
+
+def observations(r: Results, config: Config, at: dt.datetime, window: float) -> Observations:
+    ctx = context(r, config, window)
+
+    def got(table: tuple[declare.Observable, ...]) -> declare.Prepared:
+        return declare.prepare(table, {o.field: declare.evaluate(o.expr, o.kind, ctx)
+                                       for o in table})
+
+    checks = got(observables.CHECK_TABLE)["check_runs"]
+    return Observations(
+        at=at,
+        window=window,
+        source="prometheus",
+        probes=tuple(_probes(got(observables.PROBE_TABLE), config)),
+        paths=tuple(_paths(got(observables.PATH_TABLE), config)),
+        engines=tuple(_engines(got(observables.ENGINE_TABLE), config)),
+        gpus=tuple(_gpus(got(observables.GPU_TABLE), config)),
+        failing_checks=tuple(sorted({k[0] for k, runs in checks.items()
+                                     if observables.failing(runs)} - {""})),
+    )
 
 
 def observe(base_url: str, config: Config, at: dt.datetime, window: float,
@@ -106,63 +134,18 @@ def observe(base_url: str, config: Config, at: dt.datetime, window: float,
     return PrometheusSource(PromClient(base_url, timeout), config).observe(at, window)
 
 
-# --- probes -------------------------------------------------------------------------------
-
-
-def _stalls(buckets: list[Sample], key: Key, threshold: float) -> dict[Key, int]:
-    """Requests whose longest gap was over ``threshold``: all of them minus those in the
-    largest bucket at or under it. The ``le`` strings are compared as numbers ("2" is
-    "2.0"), which PromQL label matching could not do."""
-    found: dict[Key, dict[float, float]] = {}
-    for s in buckets:
-        if s.value is None:
-            continue
-        k = tuple(s.labels.get(x, "") for x in key)
-        found.setdefault(k, {})[float(s.labels.get("le", "nan"))] = s.value
-    out: dict[Key, int] = {}
-    for k, by_le in found.items():
-        total = by_le.get(math.inf)
-        if total is None:
-            continue
-        under = [le for le in by_le if le <= threshold]
-        out[k] = count(total - (by_le[max(under)] if under else 0.0))
-    return out
-
-
 def _probe_config(config: Config) -> dict[str, ProbeConfig]:
     return {p.name: p for p in config.probes}
 
 
-def _probes(r: Results, config: Config) -> list[ProbeWindow]:
-    key = pq.PROBE_KEY
-    outcomes: dict[Key, dict[str, int]] = {}
-    for s in r["probe_outcomes"]:
-        k = tuple(s.labels.get(x, "") for x in key)
-        n = count(s.value)
-        if n:
-            outcomes.setdefault(k, {})[s.labels.get("outcome", "")] = n
-        else:
-            outcomes.setdefault(k, {})
-    stat = {name: keyed(r[name], key) for name in (
-        "probe_ttft_p95", "probe_tpot_p95", "probe_itl_p99", "probe_connect_p95",
-        "probe_prompt_tokens", "probe_prompt_tokens_before", "probe_ok_before",
-        "probe_ttft_baseline", "probe_tpot_baseline", "probe_baseline_steps")}
-    stalls = _stalls(r["probe_stall_buckets"], key, config.alerting.stall_seconds)
-    seen = set(outcomes) | {k for name in ("probe_ttft_p95", "probe_tpot_p95")
-                            for k in stat[name]}
+def _probes(got: declare.Prepared, config: Config) -> list[ProbeWindow]:
     probes = _probe_config(config)
     out = []
-    for k in sorted(seen):
-        labels = dict(zip(key, k, strict=True))
-        got = outcomes.get(k, {})
+    for k in sorted(declare.keys(got, "outcomes", "ttft_p95", "tpot_p95")):
+        labels = dict(zip(declare.PROBE.key, k, strict=True))
+        fields = declare.fill(observables.PROBE_TABLE, got, labels, config)
         probe = probes.get(labels["probe"])
         slo = probe.slo if probe is not None else None
-        ok = got.get(ProbeOutcome.OK.value, 0)
-        ready = covered(stat["probe_baseline_steps"].get(k), config) is not None
-
-        def base(name: str, k: Key = k, ready: bool = ready) -> float | None:
-            return stat[name].get(k) if ready else None
-
         out.append(ProbeWindow(
             probe=labels["probe"],
             target=labels["target"],
@@ -171,18 +154,8 @@ def _probes(r: Results, config: Config) -> list[ProbeWindow]:
             engine=labels["engine_target"],
             vantage=labels["vantage"],
             site=labels["site"],
-            requests=sum(got.values()),
-            outcomes=got,
-            ttft_p95=stat["probe_ttft_p95"].get(k),
-            tpot_p95=stat["probe_tpot_p95"].get(k),
-            itl_p99=stat["probe_itl_p99"].get(k),
-            stalls=stalls.get(k, 0),
-            connect_p95=stat["probe_connect_p95"].get(k),
-            prompt_tokens_mean=mean(stat["probe_prompt_tokens"].get(k), ok),
-            ttft_p95_baseline=base("probe_ttft_baseline"),
-            tpot_p95_baseline=base("probe_tpot_baseline"),
-            prompt_tokens_baseline=mean(base("probe_prompt_tokens_before"),
-                                        base("probe_ok_before")),
+            requests=sum(fields["outcomes"].values()),
+            **fields,
             slo_ttft=(slo.ttft_p95_seconds if slo and slo.ttft_p95_seconds is not None
                       else config.slo.ttft_p95_seconds),
             slo_tpot=(slo.tpot_p95_seconds if slo and slo.tpot_p95_seconds is not None
@@ -192,51 +165,10 @@ def _probes(r: Results, config: Config) -> list[ProbeWindow]:
     return out
 
 
-# --- paths --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Route:
-    current: str | None
-    best: str | None
-    changes: int
-
-
-def _routes(r: Results, order: list[str]) -> dict[Key, _Route]:
-    key = pq.ROUTE_KEY
-    classes: dict[Key, list[str]] = {}
-    for s in r["route_class"]:
-        classes.setdefault(tuple(s.labels.get(x, "") for x in key), []).append(
-            s.labels.get("route_class", ""))
-    best = keyed(r["route_best_rank"], key)
-    changes = keyed(r["route_changes"], key)
-
-    def rank(cls: str) -> int:
-        # Classes outside the order (unknown) sort as the worst: never hide a bad route.
-        return order.index(cls) if cls in order else len(order)
-
-    out = {}
-    for k in set(classes) | set(best) | set(changes):
-        current = max(classes.get(k, []), key=rank, default=None)
-        b = best.get(k)
-        best_cls = order[int(b) - 1] if b is not None and 1 <= int(b) <= len(order) else None
-        out[k] = _Route(current, best_cls, count(changes.get(k)))
-    return out
-
-
-def _paths(r: Results, config: Config) -> list[PathWindow]:
-    key = pq.PATH_KEY
-    stat = {name: keyed(r[name], key) for name in (
-        "path_sent", "path_received", "path_rtt_mean", "path_jitter", "path_loss_baseline",
-        "path_rtt_baseline", "path_in_peak", "path_baseline_steps")}
-    routes = _routes(r, config.alerting.route_class_order)
+def _paths(got: declare.Prepared, config: Config) -> list[PathWindow]:
     out = []
-    for k in sorted(set(stat["path_sent"]) | set(stat["path_rtt_mean"])):
-        labels = dict(zip(key, k, strict=True))
-        sent = count(stat["path_sent"].get(k))
-        received = count(stat["path_received"].get(k))
-        route = routes.get(tuple(labels[x] for x in pq.ROUTE_KEY), _Route(None, None, 0))
-        ready = covered(stat["path_baseline_steps"].get(k), config) is not None
+    for k in sorted(declare.keys(got, "sent", "rtt_mean")):
+        labels = dict(zip(declare.PATH.key, k, strict=True))
         out.append(PathWindow(
             carrier=labels["carrier"],
             target=labels["target"],
@@ -244,100 +176,36 @@ def _paths(r: Results, config: Config) -> list[PathWindow]:
             protocol=labels["protocol"] or "icmp",
             vantage=labels["vantage"],
             site=labels["site"],
-            sent=sent,
-            lost=max(0, sent - received),
-            rtt_mean=stat["path_rtt_mean"].get(k),
-            jitter=stat["path_jitter"].get(k),
-            loss_baseline=stat["path_loss_baseline"].get(k) if ready else None,
-            rtt_baseline=stat["path_rtt_baseline"].get(k) if ready else None,
-            in_peak=bool(stat["path_in_peak"].get(k)),
-            route_class=route.current,
-            best_route_class=route.best,
-            route_changes=route.changes,
+            **declare.fill(observables.PATH_TABLE, got, labels, config),
         ))
     return out
 
 
-# --- engines ------------------------------------------------------------------------------
-
-
-def _engines(r: Results, window: float, config: Config) -> list[EngineWindow]:
-    key = pq.ENGINE_KEY
-    stat = {name: keyed(samples, key) for name, samples in r.items()
-            if name.startswith("engine_") and name != "engine_itl_buckets"}
-    stalls = _stalls(r["engine_itl_buckets"], key, config.alerting.stall_seconds)
+def _engines(got: declare.Prepared, config: Config) -> list[EngineWindow]:
     out = []
-    for k in sorted(set(stat["engine_up"]) | set(stat["engine_requests"])):
-        labels = dict(zip(key, k, strict=True))
-
-        def get(name: str, k: Key = k) -> float | None:
-            return stat[name].get(k)
-
-        up = get("engine_up")
-        requests = get("engine_requests")
-        # Counts from before the window, over the history they actually cover.
-        span = covered(get("engine_baseline_steps"), config)
-        before = get("engine_requests_before") if span else None
-        out.append(EngineWindow(
-            engine=labels["target"],
-            site=labels["site"],
-            up=None if up is None else up >= 1,
-            requests=requests or 0.0,
-            queue_seconds=get("engine_queue_seconds"),
-            prefill_seconds=get("engine_prefill_seconds"),
-            decode_seconds=get("engine_decode_seconds"),
-            ttft_p95=get("engine_ttft_p95"),
-            itl_p95=get("engine_itl_p95"),
-            stalls=stalls.get(k),
-            running=get("engine_running"),
-            waiting=get("engine_waiting"),
-            running_max=get("engine_running_max"),
-            kv_cache_usage=get("engine_kv_cache_usage"),
-            preemptions=get("engine_preemptions") or 0.0,
-            prompt_tokens_mean=mean(get("engine_prompt_tokens"), requests),
-            prompt_tokens_baseline=mean(get("engine_prompt_tokens_before"), before),
-            request_rate=per_second(requests, window),
-            request_rate_baseline=per_second(before, span or 0.0),
-        ))
+    for k in sorted(declare.keys(got, "up", "requests")):
+        labels = dict(zip(declare.ENGINE.key, k, strict=True))
+        out.append(EngineWindow(engine=labels["target"], site=labels["site"],
+                                **declare.fill(observables.ENGINE_TABLE, got, labels, config)))
     return out
 
 
-# --- GPUs and checks ----------------------------------------------------------------------
-
-
-def _gpus(r: Results) -> list[GpuWindow]:
-    key = pq.GPU_KEY
-    stat = {name: keyed(samples, key) for name, samples in r.items()
-            if name.startswith("gpu_") and name != "gpu_clock_events"}
-    events: dict[Key, list[str]] = {}
-    for s in r["gpu_clock_events"]:
-        events.setdefault(tuple(s.labels.get(x, "") for x in key), []).append(
-            s.labels.get("reason", ""))
-    seen = sorted(set(stat["gpu_utilization"]) | set(stat["gpu_memory_used_ratio"])
-                  | set(events))
-    index = key.index("gpu")
+def _gpus(got: declare.Prepared, config: Config) -> list[GpuWindow]:
+    seen = sorted(declare.keys(got, "utilization", "memory_used_ratio", "clock_events"))
     # An index names a GPU only within one server: qualify it where two servers of a site
     # report the same one.
-    sites: dict[tuple[str, str], set[Key]] = {}
+    sites: dict[tuple[str, str], set[tuple[str, ...]]] = {}
     for k in seen:
-        labels = dict(zip(key, k, strict=True))
+        labels = dict(zip(declare.GPU.key, k, strict=True))
         sites.setdefault((labels["site"], labels["gpu"]), set()).add(k)
     out = []
     for k in seen:
-        labels = dict(zip(key, k, strict=True))
+        labels = dict(zip(declare.GPU.key, k, strict=True))
         shared = len(sites[(labels["site"], labels["gpu"])]) > 1
         out.append(GpuWindow(
-            gpu=f"{labels['instance']}/{k[index]}" if shared else k[index],
+            gpu=f"{labels['instance']}/{labels['gpu']}" if shared else labels["gpu"],
             name=labels["name"],
             site=labels["site"],
-            utilization=stat["gpu_utilization"].get(k),
-            memory_used_ratio=stat["gpu_memory_used_ratio"].get(k),
-            clock_events=tuple(sorted(events.get(k, []))),
-            xid_errors=count(stat["gpu_xid_errors"].get(k)),
-            dram_bandwidth_utilization=stat["gpu_dram_bandwidth"].get(k),
+            **declare.fill(observables.GPU_TABLE, got, labels, config),
         ))
     return out
-
-
-def _failing_checks(r: Results) -> tuple[str, ...]:
-    return tuple(sorted({s.labels.get("check", "") for s in r["failing_checks"]} - {""}))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from exporter.config.models import Config
-from exporter.diagnosis.embedded import NO_FACTS, observe_window
+from exporter.diagnosis.embedded import observe_window
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.windows import Baseline, History, Snapshot, Window
 
@@ -59,7 +59,7 @@ class Trends:
 
 def _point(a: Snapshot, b: Snapshot, config: Config) -> Point:
     window = Window((a, b), b.at - a.at)
-    return Point(a.at, b.at, observe_window(window, config, b.at, Baseline(), NO_FACTS))
+    return Point(a.at, b.at, observe_window(window, config, b.at, Baseline(), None))
 
 
 def _tail(history: History, last: Snapshot | None, now: float) -> tuple[Snapshot, Snapshot] | None:

@@ -1,0 +1,225 @@
+"""Every number the chain reads, declared once: one table per window kind, one row per field
+of :mod:`exporter.diagnosis.observations`. Both sources evaluate these rows (the embedded
+windows in ``embedded.py``, PromQL in ``promqueries.py``); a new observation is a field in
+``observations.py`` and a row here, and tests/test_diagnosis_agreement.py covers it.
+
+Names come from the schema (:mod:`exporter.metrics`) and the recorded series from
+:mod:`exporter.monitoring.names`; none is typed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exporter import metrics
+from exporter.config.models import Config
+from exporter.diagnosis.declare import (
+    CHECK,
+    ENGINE,
+    GPU,
+    PATH,
+    PROBE,
+    ROUTE,
+    Baseline,
+    Diff,
+    FirstOf,
+    Increase,
+    InPeak,
+    Last,
+    MaxOverTime,
+    MeanOverTime,
+    Observable,
+    Over,
+    PerSecond,
+    Quantile,
+    Ratio,
+    Seen,
+    count,
+)
+from exporter.monitoring import names
+
+#: Connection-setup phases of llm_probe_phase_seconds (exporter/probing/timing.py) on a new
+#: connection; a reused one has none of them.
+SETUP_PHASES = ("dns", "connect", "tls")
+NEW_CONNECTION = "new"
+
+_OUTCOME = metrics.PROBE_REQUESTS.labels[-1]
+_PHASE, _CONNECTION = metrics.PROBE_PHASE.labels[-2:]
+_ROUTE_CLASS = metrics.PATH_ROUTE_INFO.labels[-1]
+_METHOD = metrics.PATH_JITTER.labels[-1]
+_REASON = metrics.GPU_CLOCK_EVENT.labels[-1]
+#: The engine's models (and engine kind) under one target: the worst of them is its P95.
+_MODEL = tuple(x for x in metrics.ENGINE_SERIES_LABELS if x not in ("target", "dp_rank"))
+By = Mapping[tuple[str, ...], float]
+
+
+def _stall(config: Config) -> float:
+    return config.alerting.stall_seconds
+
+
+def _sum(family: metrics.Family) -> str:
+    return f"{family.name}_sum"
+
+
+def _count(family: metrics.Family) -> str:
+    return f"{family.name}_count"
+
+
+def outcomes(values: By, config: Config) -> dict[str, int]:
+    return {k[0]: n for k, v in values.items() if (n := max(0, round(v)))}
+
+
+def count_or_none(values: By, config: Config) -> int | None:
+    return count(values, config) if () in values else None
+
+
+def or_zero(values: By, config: Config) -> float:
+    return values.get((), 0.0)
+
+
+def up(values: By, config: Config) -> bool | None:
+    v = values.get(())
+    return None if v is None else v >= 1
+
+
+def in_peak(values: By, config: Config) -> bool:
+    return bool(values.get(()))
+
+
+def _rank(config: Config, cls: str) -> int:
+    # Classes outside the order (unknown) sort as the worst: never hide a bad route.
+    order = config.alerting.route_class_order
+    return order.index(cls) if cls in order else len(order)
+
+
+def current_class(values: By, config: Config) -> str | None:
+    """The route class reported now; the worst of them should two be."""
+    on = [k[0] for k, v in values.items() if v >= 1]
+    return max(on, key=lambda c: _rank(config, c), default=None)
+
+
+def best_class(values: By, config: Config) -> str | None:
+    """The best class of the route order the route had (unknown ones rank nowhere)."""
+    order = config.alerting.route_class_order
+    seen = [k[0] for k, v in values.items() if v >= 1 and k[0] in order]
+    return min(seen, key=order.index, default=None)
+
+
+def clock_events(values: By, config: Config) -> tuple[str, ...]:
+    """Reasons that held the clocks for over alerting.throttle_share of the window: NVML
+    flips per sample, so one sample is no throttle (as LLMGPUThrottled)."""
+    share = config.alerting.throttle_share
+    return tuple(sorted(k[0] for k, v in values.items() if v > share))
+
+
+_REQUESTS = Increase(metrics.PROBE_REQUESTS.name)
+_OK = Increase(metrics.PROBE_REQUESTS.name, match=((_OUTCOME, metrics.ProbeOutcome.OK.value),))
+_PROMPT = Increase(metrics.PROBE_PROMPT_TOKENS.name)
+
+PROBE_TABLE: tuple[Observable, ...] = (
+    Observable("outcomes", PROBE, Increase(metrics.PROBE_REQUESTS.name, (_OUTCOME,)),
+               outcomes),
+    Observable("ttft_p95", PROBE, Quantile(0.95, metrics.PROBE_TTFT, recorded=names.PROBE_TTFT)),
+    Observable("tpot_p95", PROBE, Quantile(0.95, metrics.PROBE_TPOT, recorded=names.PROBE_TPOT)),
+    Observable("itl_p99", PROBE, Quantile(0.99, metrics.PROBE_ITL)),
+    Observable("stalls", PROBE, Over(metrics.PROBE_STALL, _stall), count),
+    # P95 of a sum is not a sum of P95s; the sum is its upper bound, which both sources
+    # compute from the per-phase histograms (and what "setup dominates TTFT" needs).
+    Observable("connect_p95", PROBE, Quantile(
+        0.95, metrics.PROBE_PHASE, ((_CONNECTION, NEW_CONNECTION), (_PHASE, SETUP_PHASES)),
+        per=(_PHASE,), combine="sum")),
+    Observable("prompt_tokens_mean", PROBE, Ratio(_PROMPT, _OK)),
+    Observable("ttft_p95_baseline", PROBE, Baseline(
+        Quantile(0.95, metrics.PROBE_TTFT), names.PROBE_TTFT_PEAK.baseline)),
+    Observable("tpot_p95_baseline", PROBE, Baseline(
+        Quantile(0.95, metrics.PROBE_TPOT), names.PROBE_TPOT_PEAK.baseline)),
+    Observable("prompt_tokens_baseline", PROBE, Baseline(Ratio(_PROMPT, _OK))),
+)
+
+_SENT = Increase(metrics.PATH_PACKETS_SENT.name)
+_RECEIVED = Increase(metrics.PATH_PACKETS_RECEIVED.name)
+_RTT = Ratio(Increase(_sum(metrics.PATH_RTT)), Increase(_count(metrics.PATH_RTT)))
+
+PATH_TABLE: tuple[Observable, ...] = (
+    Observable("sent", PATH, _SENT, count),
+    Observable("lost", PATH, Diff(_SENT, _RECEIVED), count),
+    Observable("rtt_mean", PATH, _RTT),
+    Observable("jitter", PATH, MeanOverTime(
+        metrics.PATH_JITTER.name, match=((_METHOD, metrics.PATH_JITTER_RFC3550),))),
+    Observable("loss_baseline", PATH, Baseline(Ratio(Diff(_SENT, _RECEIVED), _SENT),
+                                               names.PATH_LOSS_BASELINE)),
+    Observable("rtt_baseline", PATH, Baseline(_RTT)),
+    Observable("in_peak", PATH, InPeak(), in_peak),
+    Observable("route_class", ROUTE, Last(metrics.PATH_ROUTE_INFO.name, (_ROUTE_CLASS,)),
+               current_class),
+    Observable("best_route_class", ROUTE, Seen(metrics.PATH_ROUTE_INFO.name, (_ROUTE_CLASS,)),
+               best_class),
+    Observable("route_changes", ROUTE, Increase(metrics.PATH_ROUTE_CHANGES.name), count),
+)
+
+#: Finished requests: the finish-reason counter, else the E2E histogram's count, else
+#: Triton's succeeded counter (the first family the engine fills).
+_FINISHED = FirstOf((Increase(metrics.ENGINE_REQUESTS_FINISHED.name),
+                     Increase(_count(metrics.ENGINE_E2E)),
+                     Increase(metrics.ENGINE_REQUESTS_SUCCEEDED.name)))
+_ENGINE_PROMPT = Increase(metrics.ENGINE_PROMPT_TOKENS.name)
+
+ENGINE_TABLE: tuple[Observable, ...] = (
+    Observable("up", ENGINE, Last(metrics.ENGINE_UP.name), up),
+    Observable("requests", ENGINE, _FINISHED, or_zero),
+    # Triton has duration counters instead of histograms.
+    Observable("queue_seconds", ENGINE, FirstOf((
+        Increase(_sum(metrics.ENGINE_QUEUE_TIME)),
+        Increase(metrics.ENGINE_QUEUE_DURATION.name)))),
+    Observable("prefill_seconds", ENGINE, Increase(_sum(metrics.ENGINE_PREFILL_TIME))),
+    Observable("decode_seconds", ENGINE, Increase(_sum(metrics.ENGINE_DECODE_TIME))),
+    Observable("ttft_p95", ENGINE, Quantile(0.95, metrics.ENGINE_TTFT, per=_MODEL,
+                                            recorded=names.ENGINE_TTFT)),
+    Observable("itl_p95", ENGINE, Quantile(0.95, metrics.ENGINE_ITL, per=_MODEL,
+                                           recorded=names.ENGINE_ITL)),
+    Observable("stalls", ENGINE, Over(metrics.ENGINE_ITL, _stall), count_or_none),
+    Observable("running", ENGINE, MeanOverTime(metrics.ENGINE_REQUESTS_RUNNING.name)),
+    Observable("waiting", ENGINE, MeanOverTime(metrics.ENGINE_REQUESTS_WAITING.name)),
+    # Each data-parallel rank has its own batch limit: the sum of their maxima is the
+    # engine's, seen in practice over the whole history.
+    Observable("running_max", ENGINE, MaxOverTime(
+        metrics.ENGINE_REQUESTS_RUNNING.name, combine="sum", history=True)),
+    # The fullest rank at its fullest: a preempting cache frees blocks as it preempts.
+    Observable("kv_cache_usage", ENGINE, MaxOverTime(metrics.ENGINE_KV_CACHE_USAGE.name)),
+    Observable("preemptions", ENGINE, Increase(metrics.ENGINE_PREEMPTIONS.name), or_zero),
+    Observable("prompt_tokens_mean", ENGINE, Ratio(_ENGINE_PROMPT, _FINISHED)),
+    Observable("prompt_tokens_baseline", ENGINE, Baseline(Ratio(_ENGINE_PROMPT, _FINISHED))),
+    Observable("request_rate", ENGINE, PerSecond(_FINISHED)),
+    Observable("request_rate_baseline", ENGINE, Baseline(PerSecond(_FINISHED))),
+)
+
+GPU_TABLE: tuple[Observable, ...] = (
+    Observable("utilization", GPU, MeanOverTime(metrics.GPU_UTILIZATION.name)),
+    # The peak of both: memory is judged full by its fullest moment.
+    Observable("memory_used_ratio", GPU, Ratio(MaxOverTime(metrics.GPU_MEMORY_USED.name),
+                                               MaxOverTime(metrics.GPU_MEMORY_TOTAL.name))),
+    Observable("clock_events", GPU, MeanOverTime(metrics.GPU_CLOCK_EVENT.name, (_REASON,)),
+               clock_events),
+    Observable("xid_errors", GPU, Increase(metrics.GPU_XID_ERRORS.name, born=True), count),
+    Observable("dram_bandwidth_utilization", GPU,
+               MeanOverTime(metrics.GPU_DRAM_BANDWIDTH_UTILIZATION.name)),
+)
+
+def runs(values: By, config: Config) -> dict[tuple[str, ...], float]:
+    return dict(values)
+
+
+#: What ``Observations.failing_checks`` is decided from (``failing``).
+CHECK_TABLE: tuple[Observable, ...] = (
+    Observable("check_runs", CHECK, Increase(
+        metrics.EXPORTER_CHECK_RUNS.name, (metrics.EXPORTER_CHECK_RUNS.labels[-1],)), runs),
+)
+
+TABLES: tuple[tuple[Observable, ...], ...] = (
+    PROBE_TABLE, PATH_TABLE, ENGINE_TABLE, GPU_TABLE, CHECK_TABLE)
+
+
+def failing(runs: Mapping[tuple[str, ...], float]) -> bool:
+    """Failed runs in the window and not one success: what the chain cannot decide from."""
+    ok = sum(v for k, v in runs.items() if k[0] == metrics.CHECK_SUCCESS)
+    return ok == 0 and any(v > 0 for k, v in runs.items() if k[0] != metrics.CHECK_SUCCESS)

@@ -1,0 +1,289 @@
+"""A recorded hour of a small fleet, as the exporter's own samples at each tick: two probes
+(one long-context), two paths, a vLLM-like engine with two data-parallel ranks and two
+models, a Triton-like one (duration counters, no histograms), two GPUs and the check-run
+counters. The numbers are random but seeded, and shaped like the real thing: a peak
+window, a route change, an engine restart (its counters reset), an XID that appears mid
+window, stalls, rate limits and a throttle that holds for part of the window.
+
+``ticks()`` yields ``(unix time, samples)``; ``openmetrics()`` writes the same samples for
+``promtool tsdb create-blocks-from openmetrics``, so the embedded history and a real
+Prometheus hold exactly the same series.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from exporter import metrics
+from exporter.diagnosis.families import RawSample
+
+INTERVAL = 10.0
+MINUTES = 50
+PEAK_MINUTES = (range(10, 20), range(48, 60))
+ROUTE_CHANGE_MINUTE = 25
+RESTART_MINUTE = 33
+XID_MINUTE = 44
+THROTTLE_MINUTE = 45
+
+PROBES = (("chat", "gpu-sh:443", "short", "mobile", "main"),
+          ("long", "gpu-sh:443", "long_context", "telecom", "main"))
+PATHS = (("mobile", "gpu-sh", "sh", "icmp"), ("telecom", "gpu-sh", "sh", "tcp"))
+GPUS = (("0", "GPU-aa", "NVIDIA H200"), ("1", "GPU-bb", "NVIDIA H200"))
+VLLM = tuple(("main", "vllm", model, rank) for model in ("ds", "qwen") for rank in ("0", "1"))
+TRITON = ("triton", "triton", "ens", "")
+OUTCOMES = ("ok", "rate_limited", "timeout_total")
+CHECKS = ("probe/chat", "probe/long", "engine/main", "engine/triton", "gpu/nvml", "path/mobile")
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(bound)
+
+
+@dataclass
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[float] = field(default_factory=list)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0.0] * (len(self.bounds) + 1)
+
+    def observe(self, v: float) -> None:
+        i = next((j for j, b in enumerate(self.bounds) if v <= b), len(self.bounds))
+        for j in range(i, len(self.counts)):
+            self.counts[j] += 1
+        self.total += v
+
+    def samples(self, name: str, labels: dict[str, str], buckets: bool = True
+                ) -> list[RawSample]:
+        out: list[RawSample] = []
+        if buckets:
+            for b, c in zip((*self.bounds, math.inf), self.counts, strict=True):
+                out.append((f"{name}_bucket", {**labels, "le": _le(b)}, c))
+        out.append((f"{name}_sum", labels, self.total))
+        out.append((f"{name}_count", labels, self.counts[-1]))
+        return out
+
+
+@dataclass
+class Fleet:
+    rng: random.Random
+    counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    hists: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = field(default_factory=dict)
+
+    def add(self, name: str, labels: dict[str, str], by: float) -> RawSample:
+        key = (name, tuple(labels.items()))
+        self.counters[key] = self.counters.get(key, 0.0) + by
+        return (name, labels, self.counters[key])
+
+    def hist(self, family: metrics.Family, labels: dict[str, str],
+             bounds: tuple[float, ...] = ()) -> Histogram:
+        key = (family.name, tuple(labels.items()))
+        if key not in self.hists:
+            self.hists[key] = Histogram(bounds or family.buckets or ())
+        return self.hists[key]
+
+    def restart(self, section_names: tuple[str, ...]) -> None:
+        """An engine restart: its counters and histograms count again from zero."""
+        for key in [k for k in self.counters if k[0] in section_names]:
+            self.counters[key] = 0.0
+        for key in [k for k in self.hists if k[0] in section_names]:
+            self.hists[key] = Histogram(self.hists[key].bounds)
+
+
+def _rows(names: tuple[str, ...], rows: tuple[tuple[str, ...], ...]
+          ) -> Iterator[tuple[tuple[str, ...], dict[str, str]]]:
+    for values in rows:
+        yield values, dict(zip(names, values, strict=True))
+
+
+ENGINE_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _probe_tick(f: Fleet, minute: int) -> list[RawSample]:
+    out: list[RawSample] = []
+    r = f.rng
+    for values, labels in _rows(metrics.PROBE_LABELS, PROBES):
+        slow = 2.0 if values[2] == "long_context" else 1.0
+        ok = r.randint(0, 3)
+        failed = r.random() < 0.3
+        out.append(f.add(metrics.PROBE_REQUESTS.name, {**labels, "outcome": "ok"}, ok))
+        out.append(f.add(metrics.PROBE_REQUESTS.name, {**labels, "outcome": "rate_limited"},
+                         1 if failed and minute % 2 else 0))
+        out.append(f.add(metrics.PROBE_REQUESTS.name, {**labels, "outcome": "timeout_total"},
+                         1 if failed and not minute % 2 else 0))
+        out.append(f.add(metrics.PROBE_PROMPT_TOKENS.name, labels,
+                         ok * r.randint(100, 400) * (20 if slow > 1 else 1)))
+        ttft = f.hist(metrics.PROBE_TTFT, labels)
+        tpot = f.hist(metrics.PROBE_TPOT, labels)
+        itl = f.hist(metrics.PROBE_ITL, labels)
+        stall = f.hist(metrics.PROBE_STALL, labels)
+        for _ in range(ok):
+            ttft.observe(r.lognormvariate(math.log(0.4 * slow), 0.5))
+            tpot.observe(r.lognormvariate(math.log(0.04), 0.3))
+            for _ in range(5):
+                itl.observe(r.lognormvariate(math.log(0.04), 0.6))
+            stall.observe(r.choice((0.1, 0.3, 2.7, 0.2)) * r.uniform(0.8, 1.2))
+        for name, h in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("stall", stall)):
+            family = {"ttft": metrics.PROBE_TTFT, "tpot": metrics.PROBE_TPOT,
+                      "itl": metrics.PROBE_ITL, "stall": metrics.PROBE_STALL}[name]
+            out += h.samples(family.name, labels)
+        for connection in ("new", "reused"):
+            for phase in ("dns", "connect", "tls", "request"):
+                if connection == "reused" and phase != "request":
+                    continue
+                plabels = {**labels, "phase": phase, "connection": connection}
+                h = f.hist(metrics.PROBE_PHASE, plabels)
+                for _ in range(r.randint(0, 1) if connection == "new" else ok):
+                    h.observe(r.lognormvariate(math.log(0.02), 0.7))
+                out += h.samples(metrics.PROBE_PHASE.name, plabels)
+    return out
+
+
+def _path_tick(f: Fleet, minute: int, first: bool) -> list[RawSample]:
+    out: list[RawSample] = []
+    r = f.rng
+    for values, labels in _rows(metrics.PATH_LABELS, PATHS):
+        lossy = values[0] == "mobile" and minute in PEAK_MINUTES[0]
+        sent = 5
+        received = sum(1 for _ in range(sent) if r.random() > (0.08 if lossy else 0.005))
+        out.append(f.add(metrics.PATH_PACKETS_SENT.name, labels, sent))
+        out.append(f.add(metrics.PATH_PACKETS_RECEIVED.name, labels, received))
+        h = f.hist(metrics.PATH_RTT, labels)
+        for _ in range(received):
+            h.observe(r.gauss(0.035 if values[0] == "telecom" else 0.05, 0.004))
+        out += h.samples(metrics.PATH_RTT.name, labels, buckets=False)
+        for method, scale in ((metrics.PATH_JITTER_RFC3550, 1.0), ("stddev", 1.4)):
+            out.append((metrics.PATH_JITTER.name, {**labels, "method": method},
+                        abs(r.gauss(0.004, 0.002)) * scale))
+        route = dict(zip(metrics.ROUTE_LABELS, values[:2], strict=True))
+        changed = values[0] == "telecom" and minute >= ROUTE_CHANGE_MINUTE
+        cls = "chinanet_163" if changed else ("cn2_gia" if values[0] == "telecom" else "cmi")
+        out.append((metrics.PATH_ROUTE_INFO.name, {**route, "route_class": cls}, 1.0))
+        out.append(f.add(metrics.PATH_ROUTE_CHANGES.name, route,
+                         1 if first and minute == ROUTE_CHANGE_MINUTE else 0))
+    return out
+
+
+_ENGINE_NAMES = tuple(x.name for x in (
+    metrics.ENGINE_PROMPT_TOKENS, metrics.ENGINE_PREEMPTIONS, metrics.ENGINE_REQUESTS_FINISHED,
+    metrics.ENGINE_TTFT, metrics.ENGINE_ITL, metrics.ENGINE_E2E, metrics.ENGINE_QUEUE_TIME,
+    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME))
+
+
+def _engine_tick(f: Fleet, minute: int) -> list[RawSample]:
+    out: list[RawSample] = [(metrics.ENGINE_UP.name, {"target": "main"}, 1.0),
+                            (metrics.ENGINE_UP.name, {"target": "triton"}, 1.0)]
+    r = f.rng
+    for values in VLLM:
+        labels = dict(zip(metrics.ENGINE_SERIES_LABELS, values, strict=True))
+        done = r.randint(0, 4)
+        busy = minute >= 40
+        out.append((metrics.ENGINE_REQUESTS_RUNNING.name, labels,
+                    float(r.randint(8, 16) if busy else r.randint(0, 8))))
+        out.append((metrics.ENGINE_REQUESTS_WAITING.name, labels,
+                    float(r.randint(0, 5) if busy else 0)))
+        out.append((metrics.ENGINE_KV_CACHE_USAGE.name, labels,
+                    min(1.0, r.uniform(0.85, 1.0) if busy else r.uniform(0.2, 0.6))))
+        out.append(f.add(metrics.ENGINE_PROMPT_TOKENS.name, labels, done * r.randint(150, 600)))
+        out.append(f.add(metrics.ENGINE_PREEMPTIONS.name, labels, r.randint(0, 1) if busy else 0))
+        for reason in ("stop", "length"):
+            out.append(f.add(metrics.ENGINE_REQUESTS_FINISHED.name,
+                             {**labels, "finished_reason": reason}, done if reason == "stop"
+                             else 0))
+        hists = {fam: f.hist(fam, labels, ENGINE_BOUNDS) for fam in (
+            metrics.ENGINE_TTFT, metrics.ENGINE_ITL, metrics.ENGINE_E2E,
+            metrics.ENGINE_QUEUE_TIME, metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME)}
+        slow = 3.0 if values[2] == "qwen" else 1.0
+        for _ in range(done):
+            queue = r.expovariate(1 / (0.3 if busy else 0.02))
+            prefill = r.lognormvariate(math.log(0.15 * slow), 0.4)
+            decode = r.lognormvariate(math.log(1.5), 0.3)
+            hists[metrics.ENGINE_QUEUE_TIME].observe(queue)
+            hists[metrics.ENGINE_PREFILL_TIME].observe(prefill)
+            hists[metrics.ENGINE_DECODE_TIME].observe(decode)
+            hists[metrics.ENGINE_TTFT].observe(queue + prefill)
+            hists[metrics.ENGINE_E2E].observe(queue + prefill + decode)
+            for _ in range(4):
+                hists[metrics.ENGINE_ITL].observe(r.choice((0.03, 0.04, 0.05, 3.0 if busy
+                                                            else 0.06)))
+        for fam, h in hists.items():
+            out += h.samples(fam.name, labels)
+    triton = dict(zip(metrics.ENGINE_SERIES_LABELS, TRITON, strict=True))
+    done = r.randint(0, 3)
+    out.append(f.add(metrics.ENGINE_REQUESTS_SUCCEEDED.name, triton, done))
+    out.append(f.add(metrics.ENGINE_QUEUE_DURATION.name, triton, done * r.uniform(0, 0.05)))
+    out.append(f.add(metrics.ENGINE_COMPUTE_DURATION.name, triton, done * r.uniform(0.2, 0.5)))
+    out.append((metrics.ENGINE_REQUESTS_RUNNING.name, triton, float(r.randint(0, 4))))
+    return out
+
+
+def _gpu_tick(f: Fleet, minute: int, first: bool) -> list[RawSample]:
+    out: list[RawSample] = []
+    r = f.rng
+    for values, labels in _rows(metrics.GPU_LABELS, GPUS):
+        out.append((metrics.GPU_UTILIZATION.name, labels, r.uniform(0.3, 0.95)))
+        out.append((metrics.GPU_DRAM_BANDWIDTH_UTILIZATION.name, labels, r.uniform(0.2, 0.9)))
+        out.append((metrics.GPU_MEMORY_TOTAL.name, labels, 141e9))
+        out.append((metrics.GPU_MEMORY_USED.name, labels, r.uniform(120e9, 140e9)))
+        for reason in metrics.GPU_CLOCK_EVENT_REASONS:
+            held = (reason == "sw_thermal" and values[0] == "0" and minute >= THROTTLE_MINUTE
+                    and r.random() < 0.8) or (reason == "gpu_idle" and r.random() < 0.1)
+            out.append((metrics.GPU_CLOCK_EVENT.name, {**labels, "reason": reason},
+                        1.0 if held else 0.0))
+        if values[0] == "1" and minute >= XID_MINUTE:
+            # The exporter creates an XID's series at its first event.
+            out.append(f.add(metrics.GPU_XID_ERRORS.name, {**labels, "xid": "79"},
+                             1 if minute == XID_MINUTE and first else 0))
+    return out
+
+
+def _check_tick(f: Fleet, minute: int) -> list[RawSample]:
+    out: list[RawSample] = []
+    for check in CHECKS:
+        broken = check == "engine/triton" and minute >= 39
+        flaky = check == "path/mobile" and f.rng.random() < 0.3
+        ok = 0 if broken else (0 if flaky else 1)
+        out.append(f.add(metrics.EXPORTER_CHECK_RUNS.name,
+                         {"check": check, "outcome": metrics.CHECK_SUCCESS}, ok))
+        out.append(f.add(metrics.EXPORTER_CHECK_RUNS.name,
+                         {"check": check, "outcome": "error"}, 1 - ok))
+    return out
+
+
+def ticks(start: float, seed: int = 20) -> Iterator[tuple[float, list[RawSample]]]:
+    """One snapshot every INTERVAL from ``start`` for MINUTES minutes, inclusive."""
+    f = Fleet(random.Random(seed))
+    steps = int(MINUTES * 60 / INTERVAL)
+    for i in range(steps + 1):
+        at = start + i * INTERVAL
+        minute = int(i * INTERVAL // 60)
+        first = i * INTERVAL % 60 == 0
+        if i * INTERVAL == RESTART_MINUTE * 60:
+            f.restart(_ENGINE_NAMES)
+        peak = any(minute in m for m in PEAK_MINUTES)
+        yield at, [
+            (metrics.EXPORTER_PEAK_WINDOW.name, {"window": "evening"}, 1.0 if peak else 0.0),
+            *_probe_tick(f, minute), *_path_tick(f, minute, first), *_engine_tick(f, minute),
+            *_gpu_tick(f, minute, first), *_check_tick(f, minute),
+        ]
+
+
+def openmetrics(recorded: list[tuple[float, list[RawSample]]]) -> str:
+    """The samples as OpenMetrics text with timestamps, one family after another and each
+    series in time order, as the backfill wants them."""
+    series: dict[str, dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]] = {}
+    for at, samples in recorded:
+        for name, labels, value in samples:
+            series.setdefault(name, {}).setdefault(tuple(labels.items()), []).append(
+                (at, value))
+    lines: list[str] = []
+    for name, by_labels in series.items():
+        lines.append(f"# TYPE {name} unknown")
+        for labels, points in by_labels.items():
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines += [f"{name}{{{text}}} {v!r} {at:.3f}" for at, v in points]
+    return "\n".join([*lines, "# EOF", ""])

@@ -10,13 +10,14 @@ family no check fills) is None.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from exporter import metrics
 from exporter.config.models import Config, EngineConfig, ProbeConfig
 from exporter.diagnosis import stats
+from exporter.diagnosis.alignment import probe_windows
 from exporter.diagnosis.observations import (
     EngineWindow,
     GpuWindow,
@@ -360,7 +361,8 @@ def observe(history: History, config: Config, now: float) -> Observations:
     if w is None:
         at = dt.datetime.fromtimestamp(now, dt.UTC)
         return Observations(at=at, window=config.diagnosis.window, source="exporter")
-    return observe_window(w, config, now, history.baseline, history_facts(history))
+    return observe_window(w, config, now, history.baseline, history_facts(history),
+                          probe_windows(w, config))
 
 
 #: Facts of no history: what a window read on its own (a sparkline's step) is told.
@@ -368,9 +370,12 @@ NO_FACTS = HistoryFacts({}, {})
 
 
 def observe_window(
-    w: Window, config: Config, now: float, base: Baseline, facts: HistoryFacts
+    w: Window, config: Config, now: float, base: Baseline, facts: HistoryFacts,
+    probes: Mapping[str, Window] | None = None,
 ) -> Observations:
-    """Every layer's statistics over ``w`` (the diagnosis window, or one sparkline step)."""
+    """Every layer's statistics over ``w`` (the diagnosis window, or one sparkline step);
+    a probe named in ``probes`` over its window there instead (``alignment.py``)."""
+    probes = probes or {}
     paths = []
     if config.paths is not None:
         for carrier, targets in config.paths.carriers.items():
@@ -382,7 +387,8 @@ def observe_window(
         at=dt.datetime.fromtimestamp(now, dt.UTC),
         window=config.diagnosis.window,
         source="exporter",
-        probes=tuple(probe_window(p, config, w, base) for p in config.probes),
+        probes=tuple(probe_window(p, config, probes.get(p.name, w), base)
+                     for p in config.probes),
         paths=tuple(paths),
         engines=tuple(engine_window(e, w, base, facts, config.alerting.stall_seconds)
                       for e in config.engines),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from exporter.config.models import Config, ProbeConfig
 from exporter.diagnosis import promqueries as pq
+from exporter.diagnosis.alignment import probe_time
 from exporter.diagnosis.observations import (
     EngineWindow,
     GpuWindow,
@@ -77,9 +78,14 @@ class PrometheusSource:
     def run(self, at: dt.datetime, window: float) -> dict[str, list[Sample]]:
         queries = pq.all_queries(window, self.config)
         when = at.timestamp()
+        # The probes up to the engines' last scrape, as the embedded source reads them.
+        probes_at = probe_time(self.client, when, self.config)
+        probe_names = pq.probe_queries(pq.Window.of(window, self.config)).keys()
         pool = ThreadPoolExecutor(PARALLEL)
         try:
-            answers = pool.map(lambda e: self.client.query(e, when), queries.values())
+            answers = pool.map(
+                lambda kv: self.client.query(kv[1], probes_at if kv[0] in probe_names else when),
+                queries.items())
             return dict(zip(queries, answers, strict=True))
         finally:
             # After the first error the rest would only repeat it: cancel what has not

@@ -35,6 +35,7 @@ from exporter.diagnosis.embedded import observe
 from exporter.diagnosis.families import raw_samples
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
+from exporter.diagnosis.stability import Hold
 from exporter.diagnosis.thresholds import resolve
 from exporter.diagnosis.trends import Point, Trends
 from exporter.diagnosis.windows import History
@@ -82,7 +83,11 @@ class Evaluator:
         self._clock = clock
         self._evaluate: tuple[Config, Evaluate] | None = None
         self.history = History.from_config(config().diagnosis)
+        #: The shown diagnosis (``stability.Hold``): what the API, the page and the verdict
+        #: gauges say; ``chained`` is the chain's own last one.
         self.last: Diagnosis | None = None
+        self.chained: Diagnosis | None = None
+        self._hold = Hold()
         #: What the last evaluation read, and the last hour of it, for the `/` page.
         self.observations: Observations | None = None
         self.trend: tuple[Point, ...] = ()
@@ -115,7 +120,8 @@ class Evaluator:
             await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
 
     async def tick(self) -> Diagnosis | None:
-        """One evaluation; None (counted and logged) if it failed."""
+        """One evaluation: the chain's diagnosis (the shown one is ``last``); None (counted
+        and logged) if it failed."""
         try:
             config = self._config()
             if not self.history.same_shape(config.diagnosis):
@@ -127,7 +133,7 @@ class Evaluator:
             diagnosis, obs, trend = await asyncio.to_thread(
                 self._step, self.history, self._trends, config, evaluate, now
             )
-            self._publish(diagnosis)
+            self._publish(self._held(diagnosis, config))
             self.observations, self.trend = obs, trend
         except asyncio.CancelledError:
             raise
@@ -154,6 +160,12 @@ class Evaluator:
         history.record(raw_samples(self._collect()), now)
         obs = observe(history, config, now)
         return evaluate(obs), obs, trends.points(history, config, now)
+
+    def _held(self, diagnosis: Diagnosis, config: Config) -> Diagnosis:
+        """What to show for the chain's ``diagnosis``: a new primary verdict only once it
+        held for ``diagnosis.confirm`` evaluations (SIGHUP keeps the hold's state)."""
+        self.chained = diagnosis
+        return self._hold.update(diagnosis, config.diagnosis.confirm)
 
     def _publish(self, diagnosis: Diagnosis) -> None:
         self.last = diagnosis

@@ -7,11 +7,13 @@ probe request measured. Right after a fault, the probe's window already holds th
 requests while the engine's does not yet, and the client-minus-engine split reads as time
 lost between client and engine (the network, or ``exporter/no_data``): a wrong cause, for up
 to one engine interval. So a linked probe's window ends at the newest sample taken no later
-than the linked engine's last successful scrape (``llm_exporter_check_last_success_
-timestamp_seconds`` of its check): everything the probe counted there had reached the engine
-when it was scraped. Its start stays the window's, so the probe never counts a request the
-engine window could not. The probe's numbers lag by up to one engine interval plus one
-sample; unlinked probes, paths and GPUs are read to the end.
+than the start of the linked engine's last successful scrape (``llm_exporter_check_last_
+success_timestamp_seconds`` of its check, which the scheduler stamps with the run's start;
+a snapshot is stamped once its values are collected): a request the probe counted there had
+ended at the client, so the engine had recorded it, before the scrape began. Its start stays
+the window's, so the probe never counts a request the engine window could not. The probe's
+numbers lag by up to one engine interval plus one sample; unlinked probes, paths and GPUs
+are read to the end.
 
 An engine whose last success is older than a scrape should take (its interval, timeout and
 one sample of slack) is stale: its own step says so (down, failing check), and the probe is

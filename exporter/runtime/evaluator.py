@@ -129,9 +129,8 @@ class Evaluator:
                 self.history = History.from_config(config.diagnosis)
                 self._trends = Trends()
             evaluate = self._evaluator(config)
-            now = self._clock()
             diagnosis, obs, trend = await asyncio.to_thread(
-                self._step, self.history, self._trends, config, evaluate, now
+                self._step, self.history, self._trends, config, evaluate
             )
             self._publish(self._held(diagnosis, config))
             self.observations, self.trend = obs, trend
@@ -155,9 +154,13 @@ class Evaluator:
         return self._evaluate[1]
 
     def _step(
-        self, history: History, trends: Trends, config: Config, evaluate: Evaluate, now: float
+        self, history: History, trends: Trends, config: Config, evaluate: Evaluate
     ) -> tuple[Diagnosis, Observations, tuple[Point, ...]]:
-        history.record(raw_samples(self._collect()), now)
+        samples = raw_samples(self._collect())
+        # The snapshot's time is taken once its values are: nothing in it is newer, which is
+        # what aligning a probe to an engine's scrape relies on (alignment.py).
+        now = self._clock()
+        history.record(samples, now)
         obs = observe(history, config, now)
         return evaluate(obs), obs, trends.points(history, config, now)
 

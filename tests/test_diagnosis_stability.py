@@ -113,7 +113,7 @@ def test_the_same_primary_shows_each_evaluation_at_once() -> None:
 
 
 def test_confirm_is_configured_under_diagnosis() -> None:
-    assert parse_config("").diagnosis.confirm == 3
+    assert parse_config("").diagnosis.confirm == 2
     assert parse_config("diagnosis: {confirm: 1}").diagnosis.confirm == 1
     with pytest.raises(Exception, match="confirm"):
         parse_config("diagnosis: {confirm: 0}")

@@ -1,7 +1,8 @@
 """The embedded diagnosis: every ``diagnosis.interval``, snapshot the registry, evaluate the
-decision chain over the windows, keep the last ``Diagnosis`` and export it. What the chain
-read (the ``Observations``) and the last hour of points (``trends.py``) are kept beside it
-for the ``/`` page.
+decision chain over the windows, keep the ``Diagnosis`` to show (a new primary verdict once
+it held for ``diagnosis.confirm`` evaluations, ``diagnosis/stability.py``) and export it.
+What the chain read (the ``Observations``) and the last hour of points (``trends.py``) are
+kept beside it for the ``/`` page.
 
 The whole evaluation (collecting the samples, the window math, the chain) runs on a worker
 thread, so neither /metrics nor a check waits on it: collecting is safe there because
@@ -84,9 +85,8 @@ class Evaluator:
         self._evaluate: tuple[Config, Evaluate] | None = None
         self.history = History.from_config(config().diagnosis)
         #: The shown diagnosis (``stability.Hold``): what the API, the page and the verdict
-        #: gauges say; ``chained`` is the chain's own last one.
+        #: gauges say, which is the chain's last one unless a new primary waits to be confirmed.
         self.last: Diagnosis | None = None
-        self.chained: Diagnosis | None = None
         self._hold = Hold()
         #: What the last evaluation read, and the last hour of it, for the `/` page.
         self.observations: Observations | None = None
@@ -167,7 +167,6 @@ class Evaluator:
     def _held(self, diagnosis: Diagnosis, config: Config) -> Diagnosis:
         """What to show for the chain's ``diagnosis``: a new primary verdict only once it
         held for ``diagnosis.confirm`` evaluations (SIGHUP keeps the hold's state)."""
-        self.chained = diagnosis
         return self._hold.update(diagnosis, config.diagnosis.confirm)
 
     def _publish(self, diagnosis: Diagnosis) -> None:

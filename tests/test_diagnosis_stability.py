@@ -15,8 +15,10 @@ import pytest
 from exporter.config.load import parse_config
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.observations import Observations
+from exporter.diagnosis.remote import from_json
 from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.stability import Hold, identity
+from exporter.diagnosis.text import render
 from tests.support.observations import AT, healthy, with_engine, with_path, with_probe
 
 SCHEMA = json.loads(resources.files("exporter.diagnosis").joinpath("schema.json").read_text())
@@ -100,6 +102,19 @@ def test_the_held_diagnosis_is_the_previous_one_whole_and_says_what_is_pending()
     assert doc["pending"]["verdict"]["cause"] == "slow_prefill"
     assert doc["pending"]["since"] == "2026-12-01T21:30:10Z"
     assert (doc["pending"]["evaluations"], doc["pending"]["confirm"]) == (1, 3)
+
+
+def test_diagnose_reads_back_and_renders_what_is_pending() -> None:
+    """``diagnose --exporter`` re-emits the API's document whole and says what waits."""
+    hold = Hold()
+    for i, kind in enumerate("PPL"):
+        last = hold.update(diagnose(_at(KINDS[kind], i)), 2)
+    assert last.pending is not None
+    assert from_json(last.to_json()).to_json() == last.to_json()
+    note = render(from_json(last.to_json()))
+    assert ("Not yet confirmed: network/packet_loss, 1 of 2 evaluations in a row since "
+            "2026-12-01T21:30:10+00:00") in note
+    assert "Primary: engine/slow_prefill" in note
 
 
 def test_the_same_primary_shows_each_evaluation_at_once() -> None:

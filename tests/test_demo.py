@@ -159,7 +159,7 @@ def walkthrough(simulator: StartSimulator, tmp_path: Path) -> None:
     # A slow first token with an idle engine: the engine's prefill, seen by the probe; and
     # the API never showed another cause on the way (the page refreshes less often).
     assert primary(doc) == ("engine", "slow_prefill"), doc
-    assert set(seen) <= {None, ("engine", "slow_prefill")}, seen
+    assert seen and set(seen) <= {None, ("engine", "slow_prefill")}, seen
     assert shown.startswith("engine / slow_prefill: "), shown
     # The probe's TTFT tile changed with it: over the demo's 1 s SLO.
     assert ttft.endswith(" s") or float(ttft.split()[0]) >= 1000, ttft

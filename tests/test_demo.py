@@ -47,6 +47,7 @@ def cpu_burners(n: int) -> Iterator[list[Proc]]:
     finally:
         for p in procs:
             p.stop()
+            p.stderr_path.unlink(missing_ok=True)
 
 
 def readme_fault() -> dict[str, float]:

@@ -60,25 +60,29 @@ def scraped_at(snap: Snapshot, engine: str) -> float | None:
     return snap.get((LAST_SUCCESS, ((_CHECK, check_name(engine)),), None))
 
 
-def until(w: Window, at: float) -> Window:
-    """``w`` without the snapshots taken after ``at`` (its start snapshot always kept)."""
-    snaps = tuple(s for s in w.snapshots if s.at <= at) or (w.first,)
-    return w if len(snaps) == len(w.snapshots) else Window(snaps, w.seconds)
+def until(w: Window, at: float) -> int:
+    """How many of ``w``'s snapshots were taken by ``at`` (its start snapshot always)."""
+    return max(1, sum(1 for s in w.snapshots if s.at <= at))
 
 
 def probe_windows(w: Window, config: Config) -> dict[str, Window]:
-    """Probe name -> the window it is read over, for the probes linked to an engine."""
-    per_engine: dict[str, Window] = {}
+    """Probe name -> the window it is read over, for the probes linked to an engine.
+    Engines scraped between the same two snapshots share one window (and its caches)."""
+    kept: dict[str, int] = {}
+    windows = {len(w.snapshots): w}
     out: dict[str, Window] = {}
     for p in config.probes:
         e = engine_of(p, config)
         if e is None:
             continue
-        if e.name not in per_engine:
+        if e.name not in kept:
             at = scraped_at(w.last, e.name)
             fresh = at is not None and w.last.at - at <= max_lag(e, config)
-            per_engine[e.name] = until(w, at) if fresh and at is not None else w
-        out[p.name] = per_engine[e.name]
+            kept[e.name] = until(w, at) if fresh and at is not None else len(w.snapshots)
+        n = kept[e.name]
+        if n not in windows:
+            windows[n] = Window(w.snapshots[:n], w.seconds)
+        out[p.name] = windows[n]
     return out
 
 

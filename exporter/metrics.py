@@ -143,7 +143,8 @@ EXPORTER_CHECK_DURATION = _def(
 EXPORTER_CHECK_LAST_SUCCESS = _def(
     "llm_exporter_check_last_success_timestamp_seconds",
     Kind.GAUGE,
-    "Unix time of the last successful run of each check; absent until one succeeds.",
+    "Unix time at the start of the last successful run of each check; absent until one "
+    "succeeds.",
     ("check",),
 )
 EXPORTER_PEAK_WINDOW = _def(

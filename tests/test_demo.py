@@ -4,14 +4,22 @@ verdict on ``/`` within two minutes. (Clearing it brings "healthy" back only onc
 requests have left the diagnosis window, 10 minutes by default, so that is not waited for.)
 
 Only the ports differ from `make run` (free ones instead of 8800 and 9400), so the test can
-run beside a developer's own demo.
+run beside a developer's own demo. It runs twice: on the machine as it is, and with every
+core kept busy by spinning processes beside it (a loaded CI runner), where the engine's
+scrape and the probe's requests drift apart by a second or more: the right verdict must
+still be the first one shown (docs/diagnosis.md, "Time alignment and a stable verdict").
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +33,21 @@ DEMO = ROOT / "deploy" / "demo.yaml"
 MAKEFILE = ROOT / "Makefile"
 #: What the README promises: the verdict on / within two minutes of the fault.
 WITHIN_S = 120.0
+#: The test's own limit: a burner outlives no run of it.
+TIMEOUT_S = 300
+
+
+@contextlib.contextmanager
+def cpu_burners(n: int) -> Iterator[list[Proc]]:
+    """``n`` processes spinning on a core each, for at most TIMEOUT_S, stopped by PID."""
+    spin = f"import time\nend = time.monotonic() + {TIMEOUT_S}\nwhile time.monotonic() < end: pass"
+    procs = [Proc([sys.executable, "-c", spin]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+            p.stderr_path.unlink(missing_ok=True)
 
 
 def readme_fault() -> dict[str, float]:
@@ -54,6 +77,28 @@ def diagnosis(base: str) -> dict[str, object]:
     return doc
 
 
+@contextlib.contextmanager
+def watching(base: str) -> Iterator[list[tuple[str, str] | None]]:
+    """Every primary verdict /api/v1/diagnosis shows while the block runs, in order."""
+    seen: list[tuple[str, str] | None] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.5):
+            with contextlib.suppress(OSError, ValueError, AssertionError):
+                got = primary(diagnosis(base))
+                if not seen or seen[-1] != got:
+                    seen.append(got)
+
+    thread = threading.Thread(target=poll, name="verdicts", daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join(10)
+
+
 def primary(doc: dict[str, object]) -> tuple[str, str] | None:
     verdicts = doc.get("verdicts") or []
     assert isinstance(verdicts, list)
@@ -62,10 +107,17 @@ def primary(doc: dict[str, object]) -> tuple[str, str] | None:
     return str(verdicts[0]["layer"]), str(verdicts[0]["cause"])
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(TIMEOUT_S)
+@pytest.mark.parametrize("burners", [0, max(2, os.cpu_count() or 1)], ids=["idle", "cpu-load"])
 def test_demo_page_shows_tiles_then_the_fault_verdict_without_a_reload(
-        simulator: StartSimulator, tmp_path: Path) -> None:
+        simulator: StartSimulator, tmp_path: Path, burners: int) -> None:
     require_browser()
+    with cpu_burners(burners) as spinning:
+        assert all(p.popen.poll() is None for p in spinning), "a CPU burner did not start"
+        walkthrough(simulator, tmp_path)
+
+
+def walkthrough(simulator: StartSimulator, tmp_path: Path) -> None:
     assert "--format vllm" in MAKEFILE.read_text(), "make run's simulator flags moved"
     sim = simulator(fmt="vllm")
     port = free_port()
@@ -91,10 +143,11 @@ def test_demo_page_shows_tiles_then_the_fault_verdict_without_a_reload(
                 "document.querySelector('#diagnosis h2').textContent === 'Diagnosis: healthy'",
                 timeout=30_000)
             page.evaluate("window.notReloaded = true")
-            sim.faults(**readme_fault())
-            injected = time.monotonic()
-            page.wait_for_selector("#verdict", timeout=WITHIN_S * 1000)
-            took = time.monotonic() - injected
+            with watching(base) as seen:
+                sim.faults(**readme_fault())
+                injected = time.monotonic()
+                page.wait_for_selector("#verdict", timeout=WITHIN_S * 1000)
+                took = time.monotonic() - injected
             assert page.evaluate("window.notReloaded") is True, "the page reloaded itself"
             shown = page.text_content("#verdict") or ""
             doc = diagnosis(base)
@@ -104,8 +157,10 @@ def test_demo_page_shows_tiles_then_the_fault_verdict_without_a_reload(
     finally:
         proc.stop()
     print(f"verdict on the page {took:.0f} s after the fault: {shown}")
-    # A slow first token with an idle engine: the engine's prefill, seen by the probe.
+    # A slow first token with an idle engine: the engine's prefill, seen by the probe; and
+    # the API never showed another cause on the way (the page refreshes less often).
     assert primary(doc) == ("engine", "slow_prefill"), doc
+    assert seen and set(seen) <= {None, ("engine", "slow_prefill")}, seen
     assert shown.startswith("engine / slow_prefill: "), shown
     # The probe's TTFT tile changed with it: over the demo's 1 s SLO.
     assert ttft.endswith(" s") or float(ttft.split()[0]) >= 1000, ttft

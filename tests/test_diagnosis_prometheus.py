@@ -29,8 +29,9 @@ from exporter import metrics
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.policy import DiagnosisConfig
-from exporter.diagnosis import cli, promqueries
+from exporter.diagnosis import alignment, cli, promqueries
 from exporter.diagnosis.observations import Observations
+from exporter.diagnosis.promapi import PromClient
 from exporter.diagnosis.prometheus import PrometheusError, observe
 from exporter.diagnosis.result import SCHEMA_ID, Diagnosis, Evidence, Step, Verdict
 from exporter.monitoring import generate
@@ -255,6 +256,18 @@ def test_every_query_parses_on_the_real_prometheus(lab: dict[str, Any]) -> None:
         status, body = http_get(f"{lab['prom']}/api/v1/query?"
                                 + urllib.parse.urlencode({"query": expr}))
         assert status == 200, (name, body[:300])
+
+
+def test_probe_queries_are_evaluated_at_the_engines_last_scrape(lab: dict[str, Any]) -> None:
+    """The probes are read up to the engine's last scrape, as the embedded source reads
+    them: no later than the window's end, and no older than a scrape the engine could take
+    plus the edge's and the central store's scrapes (alignment.py)."""
+    config = lab["config"]
+    at = time.time()
+    success = PromClient(lab["prom"], 10).query(alignment.QUERIES["success"], at)
+    assert {s.labels["check"] for s in success} == {"engine/sim"}, success
+    t = alignment.probe_time(PromClient(lab["prom"], 10), at, config)
+    assert at - alignment.max_lag(config.engines[0], config) - 2 < t < at
 
 
 # --- the command --------------------------------------------------------------------------

@@ -152,6 +152,19 @@ def test_every_string_is_escaped_and_secrets_redacted() -> None:
     assert "<redacted>" not in html and "&lt;redacted&gt;" in html
 
 
+def test_a_pending_verdict_is_one_line_under_the_shown_one() -> None:
+    doc = {"at": "2026-12-01T03:00:00Z", "status": "healthy", "source": "exporter",
+           "window": "10m", "steps": [], "verdicts": [],
+           "pending": {"status": "failing", "since": "2026-12-01T03:00:05Z", "evaluations": 1,
+                       "confirm": 3, "verdict": {"layer": "engine", "cause": "<slow>",
+                                                 "scope": {}, "summary": "s"}}}
+    html = page.document(_view(doc, None, []))
+    assert ('<p class="pending">Not yet confirmed: engine / &lt;slow&gt;, 1 of 3 evaluations '
+            "in a row since 2026-12-01T03:00:05Z</p>") in html
+    assert 'id="verdict"' not in html and "healthy: no verdict" in html
+    assert 'class="pending"' not in page.document(_view({**doc, "pending": None}, None, []))
+
+
 def test_checks_table_units_outcomes_and_age() -> None:
     class Plain(Hostile):
         def describe(self) -> str:

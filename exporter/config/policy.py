@@ -186,6 +186,9 @@ class DiagnosisConfig(StrictModel):
     window: Duration = 600.0
     interval: Duration = 5.0
     history: Duration = 6 * 3600.0
+    # A new primary verdict is shown, exported and alerted on once this many evaluations in
+    # a row concluded it (exporter/diagnosis/stability.py); 1 shows every evaluation.
+    confirm: Annotated[int, Field(ge=1, le=100)] = 2
     # A verdict needs at least this many finished probe requests (or packets) in the window.
     min_requests: Annotated[int, Field(ge=1)] = 3
     # A baseline (an off-peak statistic from before the window) needs this much off-peak

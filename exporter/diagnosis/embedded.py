@@ -11,13 +11,14 @@ family no check fills) is absent.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import urlsplit
 
 from exporter.config.models import Config, ProbeConfig
 from exporter.diagnosis import declare, observables, stats
+from exporter.diagnosis.alignment import probe_windows
 from exporter.diagnosis.declare import (
     Context,
     Increase,
@@ -237,22 +238,32 @@ def observe(history: History, config: Config, now: float) -> Observations:
     if w is None:
         at = dt.datetime.fromtimestamp(now, dt.UTC)
         return Observations(at=at, window=config.diagnosis.window, source="exporter")
-    return observe_window(w, config, now, history.baseline, history)
+    return observe_window(w, config, now, history.baseline, history, probe_windows(w, config))
 
 
 def observe_window(
-    w: Window, config: Config, now: float, base: Baseline, history: History | None
+    w: Window, config: Config, now: float, base: Baseline, history: History | None,
+    probes: Mapping[str, Window] | None = None,
 ) -> Observations:
     """Every layer's statistics over ``w`` (the diagnosis window, or one sparkline step,
-    which has no history: no history-long maxima)."""
+    which has no history: no history-long maxima); a probe named in ``probes`` over its
+    window there instead (``alignment.py``)."""
     ctx = Evaluator(w, base, history, config).context()
     engines = evaluate(observables.ENGINE_TABLE, ctx)
-    probes = evaluate(observables.PROBE_TABLE, ctx)
+    # Probes sharing an aligned window share one evaluation of the probe table.
+    by_window: dict[int, declare.Prepared] = {}
+
+    def probe_values(name: str) -> declare.Prepared:
+        pw = (probes or {}).get(name, w)
+        if id(pw) not in by_window:
+            c = ctx if pw is w else Evaluator(pw, base, history, config).context()
+            by_window[id(pw)] = evaluate(observables.PROBE_TABLE, c)
+        return by_window[id(pw)]
     return Observations(
         at=dt.datetime.fromtimestamp(now, dt.UTC),
         window=config.diagnosis.window,
         source="exporter",
-        probes=tuple(_probe(p, config, probes) for p in config.probes),
+        probes=tuple(_probe(p, config, probe_values(p.name)) for p in config.probes),
         paths=tuple(_paths(config, evaluate(observables.PATH_TABLE, ctx))),
         engines=tuple(EngineWindow(engine=e.name, target=e.name, **declare.fill(
             observables.ENGINE_TABLE, engines, {"target": e.name}, config))

@@ -13,6 +13,8 @@ RawSample = tuple[str, Mapping[str, str], float]
 
 WINDOW_FAMILIES: tuple[metrics.Family, ...] = (
     metrics.EXPORTER_CHECK_RUNS,
+    # When each engine was last scraped: what a linked probe is aligned to (alignment.py).
+    metrics.EXPORTER_CHECK_LAST_SUCCESS,
     metrics.EXPORTER_PEAK_WINDOW,
     metrics.PROBE_REQUESTS,
     metrics.PROBE_TTFT,

@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from exporter.config.models import Config, ProbeConfig
 from exporter.diagnosis import declare, observables
 from exporter.diagnosis import promqueries as pq
-from exporter.diagnosis.declare import Context, Kind, Leaf, Values
+from exporter.diagnosis.alignment import probe_time
+from exporter.diagnosis.declare import PROBE, Context, Kind, Leaf, Values
 from exporter.diagnosis.observations import (
     EngineWindow,
     GpuWindow,
@@ -94,9 +95,16 @@ class PrometheusSource:
     def run(self, at: dt.datetime, window: float) -> dict[pq.Planned, list[Sample]]:
         queries = pq.plan(window, self.config)
         when = at.timestamp()
+        # The probes up to the engines' last scrape, as the embedded source reads them.
+        probes_at = probe_time(self.client, when, self.config)
+
+        def at_time(planned: pq.Planned) -> float:
+            leaf, kind, base = planned
+            return probes_at if kind == PROBE and leaf is not None and not base else when
         pool = ThreadPoolExecutor(PARALLEL)
         try:
-            answers = pool.map(lambda e: self.client.query(e, when), queries.values())
+            answers = pool.map(lambda kv: self.client.query(kv[1], at_time(kv[0])),
+                               queries.items())
             return dict(zip(queries, answers, strict=True))
         finally:
             # After the first error the rest would only repeat it: cancel what has not

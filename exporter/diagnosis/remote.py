@@ -7,13 +7,14 @@ from __future__ import annotations
 import datetime as dt
 import urllib.parse
 import urllib.request
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from exporter.diagnosis.promapi import SourceError, fetch_json
 from exporter.diagnosis.result import (
     SCHEMA_ID,
     Diagnosis,
     Evidence,
+    Pending,
     Status,
     Step,
     Verdict,
@@ -49,25 +50,38 @@ def _evidence(items: Any) -> tuple[Evidence, ...]:
     )
 
 
+def _verdict(v: dict[str, Any]) -> Verdict:
+    return Verdict(layer=v["layer"], cause=v["cause"], scope=dict(v.get("scope", {})),
+                   symptoms=tuple(v.get("symptoms", ())), confidence=float(v["confidence"]),
+                   summary=v["summary"], evidence=_evidence(v.get("evidence")),
+                   actions=tuple(v.get("actions", ())))
+
+
+def _status(status: Any) -> Status:
+    if status not in get_args(Status):
+        raise ValueError(f"status {status!r}")
+    return cast(Status, status)
+
+
+def _pending(p: dict[str, Any] | None) -> Pending | None:
+    if p is None:
+        return None
+    verdict = _verdict(p["verdict"]) if p["verdict"] is not None else None
+    return Pending(_status(p["status"]), verdict, dt.datetime.fromisoformat(p["since"]),
+                   int(p["evaluations"]), int(p["confirm"]))
+
+
 def from_json(doc: dict[str, Any], where: str = "the exporter") -> Diagnosis:
     """A Diagnosis from its v1 JSON; a document outside the contract (a field missing, a
     cause outside the vocabulary) is a SourceError naming ``where``."""
     try:
-        status = doc["status"]
-        if status not in get_args(Status):
-            raise ValueError(f"status {status!r}")
-        verdicts = tuple(
-            Verdict(layer=v["layer"], cause=v["cause"], scope=dict(v.get("scope", {})),
-                    symptoms=tuple(v.get("symptoms", ())), confidence=float(v["confidence"]),
-                    summary=v["summary"], evidence=_evidence(v.get("evidence")),
-                    actions=tuple(v.get("actions", ())))
-            for v in doc["verdicts"]
-        )
+        status = _status(doc["status"])
+        verdicts = tuple(_verdict(v) for v in doc["verdicts"])
         steps = tuple(Step(step=s["step"], result=s["result"],
                            evidence=_evidence(s.get("evidence")))
                       for s in doc["steps"])
         at = dt.datetime.fromisoformat(doc["at"])
         return Diagnosis(at=at, window=doc["window"], source=doc["source"], status=status,
-                         verdicts=verdicts, steps=steps)
+                         verdicts=verdicts, steps=steps, pending=_pending(doc.get("pending")))
     except (KeyError, TypeError, ValueError, AssertionError) as exc:
         raise SourceError(f"{where}: not a valid {SCHEMA_ID} document ({exc})") from None

@@ -94,6 +94,31 @@ class Step:
         }
 
 
+def _utc(at: dt.datetime) -> str:
+    return at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A new primary verdict the chain has concluded but not yet for ``diagnosis.confirm``
+    evaluations in a row (``stability.py``): what is shown until then is the previous one."""
+
+    status: Status
+    verdict: Verdict | None  # the candidate primary; None for a verdict-less status
+    since: dt.datetime  # the first evaluation in a row that concluded it
+    evaluations: int  # how many in a row have
+    confirm: int  # how many it needs
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "verdict": self.verdict.to_json() if self.verdict is not None else None,
+            "since": _utc(self.since),
+            "evaluations": self.evaluations,
+            "confirm": self.confirm,
+        }
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     at: dt.datetime
@@ -103,14 +128,19 @@ class Diagnosis:
     #: Primary first, then the secondary ones in chain order; empty when healthy.
     verdicts: tuple[Verdict, ...]
     steps: tuple[Step, ...]
+    #: Set on the shown diagnosis while a different primary waits for confirmation.
+    pending: Pending | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "schema": SCHEMA_ID,
-            "at": self.at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
+            "at": _utc(self.at),
             "window": self.window,
             "source": self.source,
             "status": self.status,
             "verdicts": [v.to_json() for v in self.verdicts],
             "steps": [s.to_json() for s in self.steps],
         }
+        if self.pending is not None:
+            doc["pending"] = self.pending.to_json()
+        return doc

@@ -40,6 +40,11 @@ def render(d: Diagnosis) -> str:
     at = d.at.isoformat(timespec="seconds")
     head = f"Diagnosis at {at} over {d.window} ({d.source}): {d.status.upper()}"
     lines = [head, ""]
+    if d.pending is not None:
+        p = d.pending
+        what = f"{p.verdict.layer}/{p.verdict.cause}" if p.verdict else p.status
+        lines += [f"Not yet confirmed: {what}, {p.evaluations} of {p.confirm} evaluations in a "
+                  f"row since {p.since.isoformat(timespec='seconds')}", ""]
     if not d.verdicts:
         if d.status == "unknown":
             lines.append("No data: no check gave the chain enough to judge in this window.")

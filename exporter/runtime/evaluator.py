@@ -1,7 +1,8 @@
 """The embedded diagnosis: every ``diagnosis.interval``, snapshot the registry, evaluate the
-decision chain over the windows, keep the last ``Diagnosis`` and export it. What the chain
-read (the ``Observations``) and the last hour of points (``trends.py``) are kept beside it
-for the ``/`` page.
+decision chain over the windows, keep the ``Diagnosis`` to show (a new primary verdict once
+it held for ``diagnosis.confirm`` evaluations, ``diagnosis/stability.py``) and export it.
+What the chain read (the ``Observations``) and the last hour of points (``trends.py``) are
+kept beside it for the ``/`` page.
 
 The whole evaluation (collecting the samples, the window math, the chain) runs on a worker
 thread, so neither /metrics nor a check waits on it: collecting is safe there because
@@ -35,6 +36,7 @@ from exporter.diagnosis.embedded import observe
 from exporter.diagnosis.families import raw_samples
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
+from exporter.diagnosis.stability import Hold
 from exporter.diagnosis.thresholds import resolve
 from exporter.diagnosis.trends import Point, Trends
 from exporter.diagnosis.windows import History
@@ -82,7 +84,10 @@ class Evaluator:
         self._clock = clock
         self._evaluate: tuple[Config, Evaluate] | None = None
         self.history = History.from_config(config().diagnosis)
+        #: The shown diagnosis (``stability.Hold``): what the API, the page and the verdict
+        #: gauges say, which is the chain's last one unless a new primary waits to be confirmed.
         self.last: Diagnosis | None = None
+        self._hold = Hold()
         #: What the last evaluation read, and the last hour of it, for the `/` page.
         self.observations: Observations | None = None
         self.trend: tuple[Point, ...] = ()
@@ -115,7 +120,8 @@ class Evaluator:
             await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
 
     async def tick(self) -> Diagnosis | None:
-        """One evaluation; None (counted and logged) if it failed."""
+        """One evaluation: the chain's diagnosis (the shown one is ``last``); None (counted
+        and logged) if it failed."""
         try:
             config = self._config()
             if not self.history.same_shape(config.diagnosis):
@@ -123,11 +129,10 @@ class Evaluator:
                 self.history = History.from_config(config.diagnosis)
                 self._trends = Trends()
             evaluate = self._evaluator(config)
-            now = self._clock()
             diagnosis, obs, trend = await asyncio.to_thread(
-                self._step, self.history, self._trends, config, evaluate, now
+                self._step, self.history, self._trends, config, evaluate
             )
-            self._publish(diagnosis)
+            self._publish(self._held(diagnosis, config))
             self.observations, self.trend = obs, trend
         except asyncio.CancelledError:
             raise
@@ -149,11 +154,20 @@ class Evaluator:
         return self._evaluate[1]
 
     def _step(
-        self, history: History, trends: Trends, config: Config, evaluate: Evaluate, now: float
+        self, history: History, trends: Trends, config: Config, evaluate: Evaluate
     ) -> tuple[Diagnosis, Observations, tuple[Point, ...]]:
-        history.record(raw_samples(self._collect()), now)
+        samples = raw_samples(self._collect())
+        # The snapshot's time is taken once its values are: nothing in it is newer, which is
+        # what aligning a probe to an engine's scrape relies on (alignment.py).
+        now = self._clock()
+        history.record(samples, now)
         obs = observe(history, config, now)
         return evaluate(obs), obs, trends.points(history, config, now)
+
+    def _held(self, diagnosis: Diagnosis, config: Config) -> Diagnosis:
+        """What to show for the chain's ``diagnosis``: a new primary verdict only once it
+        held for ``diagnosis.confirm`` evaluations (SIGHUP keeps the hold's state)."""
+        return self._hold.update(diagnosis, config.diagnosis.confirm)
 
     def _publish(self, diagnosis: Diagnosis) -> None:
         self.last = diagnosis

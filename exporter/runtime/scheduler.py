@@ -173,7 +173,9 @@ class Scheduler:
                 extra={"check": check.name, "outcome": outcome, "error": error},
             )
         elif not failing:
-            self._last_success.labels(check.name).set(state.last_run_at)
+            # Stamped with the run's start, as Prometheus stamps a scrape: what the run read
+            # is no older than that (the diagnosis aligns probes to an engine's, alignment.py).
+            self._last_success.labels(check.name).set(state.last_run_at - elapsed)
             self._succeeded.add(check.name)
             if state.failing:
                 log.info("check recovered", extra={"check": check.name})

@@ -59,7 +59,7 @@ padding:.25rem 1rem .5rem;background:var(--tile)}
 #diagnosis h2{margin:.5rem 0 .25rem}#diagnosis.s-healthy{border-left-color:var(--ok)}
 #diagnosis.s-degraded{border-left-color:var(--warn)}#diagnosis.s-failing{border-left-color:var(--bad)}
 .healthy{color:var(--ok)}.degraded{color:var(--warn)}.failing{color:var(--bad)}
-.unknown{color:var(--muted)}
+.unknown{color:var(--muted)}.pending{color:var(--warn);font-style:italic}
 #diagnosis li,#diagnosis p,#diagnosis h3{overflow-wrap:anywhere}
 .tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(270px,1fr));gap:.75rem}
 .tile{border:1px solid var(--line);border-radius:6px;padding:.5rem .75rem;background:var(--tile);

@@ -1,7 +1,7 @@
 """The verdict at the top of the ``/`` page, from the diagnosis JSON (``Diagnosis.to_json``,
 the same document /api/v1/diagnosis serves): status, the primary verdict's summary, its
 evidence table and actions, the secondary verdicts, and what was ruled out; "healthy" when
-the chain found nothing."""
+the chain found nothing; a candidate verdict not yet confirmed in one line under the status."""
 
 from __future__ import annotations
 
@@ -33,6 +33,16 @@ def _scope(scope: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in scope.items())
 
 
+def _pending(p: dict[str, Any] | None) -> str:
+    """The candidate the hold has not confirmed yet (``stability.py``), in one line."""
+    if not p:
+        return ""
+    v = p.get("verdict")
+    what = f"{v.get('layer')} / {v.get('cause')}" if v else str(p.get("status"))
+    return (f'<p class="pending">Not yet confirmed: {_e(what)}, {_e(p.get("evaluations"))} of '
+            f'{_e(p.get("confirm"))} evaluations in a row since {_e(p.get("since"))}</p>')
+
+
 def verdict_html(doc: dict[str, Any] | None) -> str:
     """The inside of ``<section id="diagnosis">`` for one diagnosis JSON (None: not yet)."""
     if doc is None or not doc.get("at"):
@@ -42,6 +52,7 @@ def verdict_html(doc: dict[str, Any] | None) -> str:
         f'<h2 class="{_e(status)}">Diagnosis: {_e(status)}</h2>',
         f"<p>{_e(doc.get('source'))} windows of {_e(doc.get('window'))}, at {_e(doc.get('at'))}"
         "</p>",
+        _pending(doc.get("pending")),
     ]
     verdicts = doc.get("verdicts") or []
     if not verdicts:

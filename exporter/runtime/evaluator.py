@@ -1,14 +1,13 @@
-"""The embedded diagnosis: every ``diagnosis.interval``, snapshot the registry, evaluate the
+"""The embedded diagnosis: every ``diagnosis.interval``, take the samples, evaluate the
 decision chain over the windows, keep the last ``Diagnosis`` and export it. What the chain
 read (the ``Observations``) and the last hour of points (``trends.py``) are kept beside it
 for the ``/`` page.
 
 The whole evaluation (collecting the samples, the window math, the chain) runs on a worker
-thread, so neither /metrics nor a check waits on it: collecting is safe there because
-prometheus_client's metric objects lock their values and the checks' own collectors read
-snapshots they replace whole (the engine views, the NVML snapshot). Pure Python still holds
-the GIL, so the loop may wait up to one switch interval (1 ms, set in app.py) at a time while
-it runs; the cost per evaluation is in docs/diagnosis.md.
+thread, so neither /metrics nor a check waits on it: collecting is safe there because the
+samples come from the immutable batches the checks published (``runtime/exposition.py``).
+Pure Python still holds the GIL, so the loop may wait up to one switch interval (1 ms, set in
+app.py) at a time while it runs; the cost per evaluation is in docs/diagnosis.md.
 An evaluation that raises is logged once (until one succeeds again), counted in
 ``llm_diagnosis_evaluation_errors_total`` and skipped; the exporter carries on.
 
@@ -32,7 +31,7 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.diagnosis import chain
 from exporter.diagnosis.embedded import observe
-from exporter.diagnosis.families import raw_samples
+from exporter.diagnosis.families import RawSample
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.thresholds import resolve
@@ -72,7 +71,7 @@ class Evaluator:
         self,
         registry: CollectorRegistry,
         config: Callable[[], Config],
-        collect: Callable[[], Iterable[object]],
+        collect: Callable[[], Iterable[RawSample]],
         evaluate_for: Callable[[Config], Evaluate] = chain_evaluator,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -151,7 +150,7 @@ class Evaluator:
     def _step(
         self, history: History, trends: Trends, config: Config, evaluate: Evaluate, now: float
     ) -> tuple[Diagnosis, Observations, tuple[Point, ...]]:
-        history.record(raw_samples(self._collect()), now)
+        history.record(self._collect(), now)
         obs = observe(history, config, now)
         return evaluate(obs), obs, trends.points(history, config, now)
 

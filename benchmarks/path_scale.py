@@ -10,8 +10,10 @@ the truth is 0 loss. Three parts, each with a named reference run in the same sc
   thread) per 1000 echoes. Reference: 1 target.
 * ``metrics``: the same exporter with N ICMP targets, their route checks, an engine check
   and a streaming probe against the simulator, scraped every 0.5 s as Prometheus scrapes
-  (its Accept header, gzip): /metrics latency p50 / p99 / max and the loss meanwhile.
-  Reference: 1 target.
+  (its Accept header, gzip): /metrics latency p50 / p99 / max, bytes per target and the
+  loss meanwhile. Reference: the exporter of ``--reference`` (a git revision, by default the
+  last one before the checks published batches: its "prepared pieces" renderer), run from
+  ``git archive`` of that revision with the same config and N, just before ours.
 * ``routes``: rounds of 300 traceroutes through the exporter's Tracer, time scaled by 1/20
   (wave timeout 100 ms, gap 100 ms, route_interval 30 s stand for 2 s, 2 s and 10 m):
   targets that answer (port unreachable at once), and silent ones (UDP dropped: every
@@ -21,6 +23,7 @@ the truth is 0 loss. Three parts, each with a named reference run in the same sc
 Run from the repository root (root; apt-get install nftables iproute2):
     .venv/bin/python -m benchmarks.path_scale                 # all parts, 1000 targets
     .venv/bin/python -m benchmarks.path_scale --part icmp --targets 300 --duration 20
+    .venv/bin/python -m benchmarks.path_scale --part metrics --reference e062a46
 Exit status 1 unless at N targets: loss < 0.1 % and CPU < 0.4 s per 1000 echoes on both
 socket kinds, /metrics p99 < 100 ms, and every traceroute round either finished within its
 route_interval or was counted late with a warning.
@@ -32,27 +35,32 @@ import argparse
 import asyncio
 import gzip
 import http.client
+import io
 import logging
 import os
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer
+from exporter.checks.path.route import RouteCheck, Tracer
 from exporter.checks.path.routes import load_table
 from exporter.config.load import parse_config
 from tests.support.netlab import Lab, in_netns, lab_unavailable
-from tests.support.samples import parse
+from tests.support.samples import Exposed, parse
 from tests.support.simulator import simulate_args
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT, SIM_PORT = 9400, 8000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 WARMUP = 10.0
+#: The last revision whose /metrics came from prepared pieces and live prometheus_client
+#: collectors (exporter/runtime/exposition.py's ``Prepared``), before checks published batches.
+REFERENCE = "e062a46"
 #: Prometheus 2.x/3.x's default scrape Accept header (OpenMetrics first).
 ACCEPT = (
     "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
@@ -83,9 +91,20 @@ def exporter_config(n: int, mode: str, extra: bool) -> str:
     )
 
 
+def checkout(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` (git archive), to run the exporter of that revision from."""
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True,
+                         check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.extractall(into, filter="data")
+    return into
+
+
 class Exporter:
-    def __init__(self, lab: Lab, workdir: Path, n: int, mode: str, extra: bool) -> None:
-        self.ns = lab.netns(f"{mode}{n}{'x' if extra else ''}")
+    def __init__(
+        self, lab: Lab, workdir: Path, n: int, mode: str, extra: bool, root: Path = ROOT
+    ) -> None:
+        self.ns = lab.netns(f"{mode}{n}{'x' if extra else ''}{'r' if root != ROOT else ''}")
         # Ping sockets only where ping_group_range admits the group; root opens raw ones.
         groups = "0 2147483647" if mode == "dgram" else "1 0"
         lab.sysctl(self.ns, "net.ipv4.ping_group_range", groups)
@@ -99,7 +118,7 @@ class Exporter:
         with self.log.open("wb") as out:
             self.proc = lab.spawn(
                 self.ns, [sys.executable, "-m", "exporter", "run", "--config", str(config)],
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                cwd=root, stdout=out, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -178,8 +197,10 @@ def icmp_run(lab: Lab, workdir: Path, n: int, mode: str, duration: float) -> dic
     }
 
 
-def metrics_run(lab: Lab, workdir: Path, n: int, duration: float) -> dict[str, float]:
-    ex = Exporter(lab, workdir, n, "raw", extra=True)
+def metrics_run(
+    lab: Lab, workdir: Path, n: int, duration: float, root: Path = ROOT
+) -> dict[str, float]:
+    ex = Exporter(lab, workdir, n, "raw", extra=True, root=root)
     time.sleep(WARMUP)
     sent0, recv0 = totals(ex.scrape()[2])
     latencies, size, text = ex.scrape_for(duration, 0.5)
@@ -201,6 +222,7 @@ def metrics_run(lab: Lab, workdir: Path, n: int, duration: float) -> dict[str, f
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
         "max_ms": 1000 * latencies[-1],
         "lines": lines,
+        "bytes": len(text.encode()),
         "gzip_bytes": size,
         "loss": 1 - (recv1 - recv0) / (sent1 - sent0),
         **{f"{k}_ok": v for k, v in ok_runs.items()},
@@ -225,14 +247,12 @@ def routes_run(lab: Lab, silent: bool, parallelism: int, n: int = 300) -> dict[s
 
     handler = Catch()
     logging.getLogger("exporter.route").addHandler(handler)
-    from prometheus_client import CollectorRegistry
-
-    reg = CollectorRegistry()
-    fams = RouteMetrics.create(reg)
+    reg = Exposed()
 
     async def one_round() -> float:
-        tracer = Tracer(parallelism, interval, fams, gap=0.1)
-        checks = [RouteCheck("lo", t, interval, 0.1, load_table(), tracer, fams) for t in targets]
+        tracer = Tracer(parallelism, interval, gap=0.1)
+        checks = [RouteCheck("lo", t, interval, 0.1, load_table(), tracer) for t in targets]
+        reg.add(*checks)
         start = time.monotonic()
         # As the scheduler does: every check asks at once; each waits its turn.
         await asyncio.gather(*(c.run() for c in checks), return_exceptions=True)
@@ -259,6 +279,8 @@ def main() -> int:
     ap.add_argument("--part", choices=("icmp", "metrics", "routes", "all"), default="all")
     ap.add_argument("--targets", type=int, default=1000)
     ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--reference", default=REFERENCE,
+                    help="git revision whose /metrics is the reference (default %(default)s)")
     args = ap.parse_args()
     if (why := lab_unavailable()) is not None:
         print(f"cannot run: {why}", file=sys.stderr)
@@ -280,18 +302,21 @@ def main() -> int:
                           f" {big['cpu_per_1000'] / ref['cpu_per_1000']:.2f}")
                     ok &= big["loss"] < 0.001 and big["cpu_per_1000"] < 0.4
             if args.part in ("metrics", "all"):
-                print("\n/metrics while every check runs (Prometheus's Accept, gzip):")
-                ref = metrics_run(lab, Path(tmp), 1, args.duration)
+                print(f"\n/metrics while every check runs (Prometheus's Accept, gzip),"
+                      f" {args.targets} targets; reference: the exporter of {args.reference}")
+                old = checkout(args.reference, Path(tmp) / "reference")
+                ref = metrics_run(lab, Path(tmp), args.targets, args.duration, root=old)
                 big = metrics_run(lab, Path(tmp), args.targets, args.duration)
-                for n, r in ((1, ref), (args.targets, big)):
-                    print(f"      {n:5d} targets: {r['scrapes']:.0f} scrapes, p50"
+                for name, r in ((args.reference, ref), ("this tree", big)):
+                    print(f"      {name:>9}: {r['scrapes']:.0f} scrapes, p50"
                           f" {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max"
                           f" {r['max_ms']:.1f} ms; {r['lines']:.0f} lines,"
+                          f" {r['bytes'] / args.targets:.0f} bytes per target,"
                           f" {r['gzip_bytes'] / 1e6:.2f} MB gzipped; loss {r['loss']:.4%};"
                           f" successful runs: engine {r['engine_ok']:.0f}, probe"
                           f" {r['probe_ok']:.0f}, route {r['route_ok']:.0f}")
-                print(f"      p99 ratio {args.targets} targets / 1 target:"
-                      f" {big['p99_ms'] / ref['p99_ms']:.1f}")
+                print(f"      p99 ratio this tree / {args.reference}:"
+                      f" {big['p99_ms'] / ref['p99_ms']:.2f}")
                 ok &= big["p99_ms"] < 100 and big["loss"] < 0.001
             if args.part in ("routes", "all"):
                 print("\nTraceroute rounds, 300 targets, time x 1/20 (route_interval 30 s):")

@@ -5,7 +5,8 @@ prometheus_client's own parser, a check's batch as the exporter renders it.
   :func:`find`, :func:`value`, :func:`total` and :func:`series` select from it (each takes
   the text or the parsed dict), labels given as keywords match a subset of a sample's labels.
 * :func:`published` -- the samples of checks' batches, rendered by the exporter's store and
-  parsed back; :func:`published_value` -- one of them that must be there.
+  parsed back; :func:`published_value` -- one of them that must be there; :class:`Exposed`
+  -- the same, read by exact label set (``get_sample_value``) as checks are added.
 * :data:`SampleKey` / :func:`key` -- the bucket-exact form the engine oracle compares in (``le``
   as a float, so "1" and "1.0" are one bucket), with :func:`exposed_samples` (an exporter's
   /metrics body) and :func:`snapshot_samples` (a parsed engine snapshot) producing it.
@@ -81,6 +82,23 @@ def published_value(checks: Check | Iterable[Check], name: str, /, **labels: str
     found = value(published(checks), name, **labels)
     assert found is not None, f"{name}{labels} is absent"
     return found
+
+
+class Exposed:
+    """The batches of the checks added so far, as /metrics renders them, read back now."""
+
+    def __init__(self, *checks: Check) -> None:
+        self.checks = list(checks)
+
+    def add(self, *checks: Check) -> None:
+        self.checks.extend(checks)
+
+    def samples(self) -> Samples:
+        return published(self.checks)
+
+    def get_sample_value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        """The sample of exactly ``labels``, or None when there is none."""
+        return self.samples().get((name, tuple(sorted((labels or {}).items()))))
 
 
 # --- the engine oracle's form ----------------------------------------------------------------

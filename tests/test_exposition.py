@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import Histogram as PromHistogram
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 
@@ -127,6 +129,44 @@ async def test_a_retired_checks_series_vanish(listener: int, tmp_path: Path) -> 
         assert store.text(False) == b"" and store.raw({"llm_path_route_rounds_late_total"}) == []
     finally:
         await app.shutdown()
+
+
+async def test_counters_carry_across_runs(listener: int) -> None:
+    app = App(parse_config(config_text(listener)), "cfg.yaml")
+    try:
+        scheduler = app.gen.scheduler
+        [check] = [c for c in scheduler.checks if isinstance(c, PathCheck) and c.spec.name == "open"]
+        seen = []
+        for _ in range(3):
+            await scheduler.run_once(check)
+            text = parse(scheduler.store.text(False).decode())
+            seen.append((
+                value(text, "llm_path_packets_sent_total", target="open"),
+                value(text, "llm_path_rtt_seconds_count", target="open"),
+                value(text, "llm_exporter_check_runs_total", check=check.name, outcome="success"),
+                value(text, "llm_exporter_check_duration_seconds_count", check=check.name),
+            ))
+        assert seen == [(3, 3, 1, 1), (6, 6, 2, 2), (9, 9, 3, 3)]
+    finally:
+        await app.shutdown()
+
+
+def test_a_histogram_buckets_as_prometheus_client_does() -> None:
+    """Same bounds, same observations (on a bound, between, past the last): same text."""
+    bounds = (0.005, 0.05, 0.5)
+    ours = Ledger()
+    registry = CollectorRegistry(auto_describe=False)
+    theirs = PromHistogram("llm_path_rtt_seconds", metrics.PATH_RTT.help,
+                           list(metrics.PATH_RTT.labels), buckets=bounds, registry=registry)
+    labels = ("c", "t", "r", "icmp")
+    for v in (0.0, 0.005, 0.0050001, 0.05, 0.3, 0.5, 7.0):
+        ours.histogram(metrics.PATH_RTT, labels, bounds).observe(v)
+        theirs.labels(*labels).observe(v)
+    store = Store()
+    store.publish("x", ours.batch())
+    assert parse(store.text(False).decode()) == parse(generate_latest(registry).decode())
+    with pytest.raises(ValueError, match="cannot go down"):
+        ours.counter(metrics.PATH_PACKETS_SENT, labels).inc(-1)
 
 
 def _run_of(owner: str, n: float) -> Batch:

@@ -26,7 +26,7 @@ import aiohttp
 
 from exporter import __version__, metrics, redact
 from exporter.checks.base import Check
-from exporter.checks.batch import Batch, Buckets, Ledger
+from exporter.checks.batch import Batch, Buckets, Ledger, Sample
 from exporter.checks.engine.parse import (
     HistogramValue,
     ParseError,
@@ -73,7 +73,7 @@ class ScrapeError(Exception):
 def view_samples(target: str, family: str, version: str, snapshot: Snapshot) -> Batch:
     """What /metrics shows of one target that is up: its info series and every normalized
     data series of its last successful scrape, in table order."""
-    out: list[tuple[metrics.Family, tuple[str, ...], float | Buckets]] = [
+    out: list[Sample] = [
         (metrics.ENGINE_INFO, (target, family, version), 1.0)
     ]
     for fam in DATA_FAMILIES:

@@ -14,6 +14,10 @@ the truth is 0 loss. Three parts, each with a named reference run in the same sc
   loss meanwhile. Reference: the exporter of ``--reference`` (a git revision, by default the
   last one before the checks published batches: its "prepared pieces" renderer), run from
   ``git archive`` of that revision with the same config and N, just before ours.
+* ``render``: the exposition alone, in this process: N path checks run once each (real
+  bursts; their route checks are not run), their batches and the route checks' ones published to the runtime's store, then a scrape's text
+  (``Store.text``) and its gzip timed, against prometheus_client's ``generate_latest`` over
+  the same batches (``tests/support/reference.py``). Reference: ``generate_latest``.
 * ``routes``: rounds of 300 traceroutes through the exporter's Tracer, time scaled by 1/20
   (wave timeout 100 ms, gap 100 ms, route_interval 30 s stand for 2 s, 2 s and 10 m):
   targets that answer (port unreachable at once), and silent ones (UDP dropped: every
@@ -45,12 +49,16 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+from exporter.checks import build_checks
 from exporter.checks.path.route import RouteCheck, Tracer
 from exporter.checks.path.routes import load_table
 from exporter.config.load import parse_config
+from exporter.runtime.scheduler import Scheduler
 from tests.support.netlab import Lab, in_netns, lab_unavailable
+from tests.support.reference import reference_text
 from tests.support.samples import Exposed, parse
 from tests.support.simulator import simulate_args
 
@@ -229,6 +237,41 @@ def metrics_run(
     }
 
 
+def render_run(lab: Lab, n: int, repeat: int = 10) -> dict[str, float]:
+    ns = lab.netns("render")
+    rows = "\n".join(f"      - {{name: t{i}, host: {address(i)}, region: lo}}" for i in range(n))
+    cfg = parse_config(f"paths:\n  burst: 20\n  spacing: 10ms\n  carriers:\n    lo:\n{rows}\n")
+
+    async def run_all() -> Scheduler:
+        scheduler = Scheduler(build_checks(cfg))
+        # The path checks only: a round of 1000 traceroutes takes minutes (its two series
+        # per target, route info and hop count, are left out here).
+        paths = [c for c in scheduler.checks if c.kind == "path"]
+        await asyncio.gather(*(scheduler.run_once(c) for c in paths))
+        await scheduler.stop()
+        return scheduler
+
+    store = in_netns(ns, lambda: asyncio.run(run_all())).store
+    batches = store.batches()
+
+    def median_ms(fn: Callable[[], object], times: int) -> float:
+        took = []
+        for _ in range(times):
+            start = time.perf_counter()
+            fn()
+            took.append(time.perf_counter() - start)
+        return 1000 * statistics.median(took)
+
+    body = store.text(True)
+    return {
+        "bytes": len(body),
+        "lines": body.count(b"\n"),
+        "ours_ms": median_ms(lambda: store.text(True), repeat),
+        "gzip_ms": median_ms(lambda: gzip.compress(body, compresslevel=1), repeat),
+        "reference_ms": median_ms(lambda: reference_text(batches, True), 3),
+    }
+
+
 def routes_run(lab: Lab, silent: bool, parallelism: int, n: int = 300) -> dict[str, float]:
     ns = lab.netns(f"tr{'s' if silent else 'a'}{parallelism}")
     if silent:
@@ -276,7 +319,7 @@ def load() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=("icmp", "metrics", "routes", "all"), default="all")
+    ap.add_argument("--part", choices=("icmp", "metrics", "render", "routes", "all"), default="all")
     ap.add_argument("--targets", type=int, default=1000)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--reference", default=REFERENCE,
@@ -318,6 +361,13 @@ def main() -> int:
                 print(f"      p99 ratio this tree / {args.reference}:"
                       f" {big['p99_ms'] / ref['p99_ms']:.2f}")
                 ok &= big["p99_ms"] < 100 and big["loss"] < 0.001
+            if args.part in ("render", "all"):
+                r = render_run(lab, args.targets)
+                print(f"\nRendering {args.targets} targets' batches ({r['lines']:.0f} lines,"
+                      f" {r['bytes'] / args.targets:.0f} bytes per target), OpenMetrics:"
+                      f" store {r['ours_ms']:.1f} ms + gzip {r['gzip_ms']:.1f} ms;"
+                      f" prometheus_client generate_latest {r['reference_ms']:.0f} ms"
+                      f" ({r['reference_ms'] / (r['ours_ms'] + r['gzip_ms']):.0f}x ours with gzip)")
             if args.part in ("routes", "all"):
                 print("\nTraceroute rounds, 300 targets, time x 1/20 (route_interval 30 s):")
                 for silent in (False, True):

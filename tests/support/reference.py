@@ -38,7 +38,8 @@ class BatchCollector:
 
 def _histogram(metric: Metric, name: str, labels: dict[str, str], value: Buckets) -> None:
     for bound, count in zip(value.bounds, value.counts, strict=True):
-        metric.add_sample(f"{name}_bucket", {**labels, "le": floatToGoString(bound)}, count)
+        le: str = floatToGoString(bound)  # type: ignore[no-untyped-call]
+        metric.add_sample(f"{name}_bucket", {**labels, "le": le}, count)
     if value.count is not None:
         metric.add_sample(f"{name}_count", labels, value.count)
     if value.sum is not None:
@@ -50,7 +51,7 @@ def reference_text(batches: Mapping[str, Batch] | Iterable[Batch], openmetrics: 
     if not isinstance(batches, Mapping):
         batches = {str(i): b for i, b in enumerate(batches)}
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BatchCollector(batches))  # type: ignore[arg-type]
+    registry.register(BatchCollector(batches))
     if not openmetrics:
         return generate_latest(registry)
     text: bytes = generate_openmetrics(registry)  # type: ignore[no-untyped-call]

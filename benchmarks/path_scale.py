@@ -13,11 +13,13 @@ the truth is 0 loss. Three parts, each with a named reference run in the same sc
   (its Accept header, gzip): /metrics latency p50 / p99 / max, bytes per target and the
   loss meanwhile. Reference: the exporter of ``--reference`` (a git revision, by default the
   last one before the checks published batches: its "prepared pieces" renderer), run from
-  ``git archive`` of that revision with the same config and N, just before ours.
+  ``git archive`` of that revision with the same config and N. The two alternate, A B B A,
+  ``--duration`` / 2 each, latencies pooled per side (load that drifts weighs on both).
 * ``render``: the exposition alone, in this process: N path checks run once each (real
-  bursts; their route checks are not run), their batches and the route checks' ones published to the runtime's store, then a scrape's text
-  (``Store.text``) and its gzip timed, against prometheus_client's ``generate_latest`` over
-  the same batches (``tests/support/reference.py``). Reference: ``generate_latest``.
+  bursts; their route checks are not run), their batches and the route checks' published
+  to the runtime's store, then a scrape's text (``Store.text``) and its gzip timed, against
+  prometheus_client's ``generate_latest`` over the same batches
+  (``tests/support/reference.py``). Reference: ``generate_latest``.
 * ``routes``: rounds of 300 traceroutes through the exporter's Tracer, time scaled by 1/20
   (wave timeout 100 ms, gap 100 ms, route_interval 30 s stand for 2 s, 2 s and 10 m):
   targets that answer (port unreachable at once), and silent ones (UDP dropped: every
@@ -110,16 +112,19 @@ def checkout(rev: str, into: Path) -> Path:
 
 class Exporter:
     def __init__(
-        self, lab: Lab, workdir: Path, n: int, mode: str, extra: bool, root: Path = ROOT
+        self, lab: Lab, workdir: Path, n: int, mode: str, extra: bool, root: Path = ROOT,
+        tag: str = "",
     ) -> None:
-        self.ns = lab.netns(f"{mode}{n}{'x' if extra else ''}{'r' if root != ROOT else ''}")
+        self.ns = lab.netns(f"{mode}{n}{'x' if extra else ''}{tag}")
+        self.sim: subprocess.Popen[bytes] | None = None
         # Ping sockets only where ping_group_range admits the group; root opens raw ones.
         groups = "0 2147483647" if mode == "dgram" else "1 0"
         lab.sysctl(self.ns, "net.ipv4.ping_group_range", groups)
         if extra:
             sim = [sys.executable, "-m", "exporter", *simulate_args(SIM_PORT, fast=True)]
             sim += ["--model", "sim-model"]
-            lab.spawn(self.ns, sim, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.sim = lab.spawn(
+                self.ns, sim, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         config = workdir / f"{self.ns}.yaml"
         config.write_text(exporter_config(n, mode, extra))
         self.log = workdir / f"{self.ns}.log"
@@ -206,14 +211,14 @@ def icmp_run(lab: Lab, workdir: Path, n: int, mode: str, duration: float) -> dic
 
 
 def metrics_run(
-    lab: Lab, workdir: Path, n: int, duration: float, root: Path = ROOT
-) -> dict[str, float]:
-    ex = Exporter(lab, workdir, n, "raw", extra=True, root=root)
+    lab: Lab, workdir: Path, n: int, duration: float, root: Path = ROOT, tag: str = ""
+) -> tuple[list[float], dict[str, float]]:
+    """(scrape latencies, what the last scrape said) of one exporter run."""
+    ex = Exporter(lab, workdir, n, "raw", extra=True, root=root, tag=tag)
     time.sleep(WARMUP)
     sent0, recv0 = totals(ex.scrape()[2])
     latencies, size, text = ex.scrape_for(duration, 0.5)
     sent1, recv1 = totals(text)
-    lines = text.count("\n")
     runs = parse(text)
     ok_runs = {
         kind: sum(v for (name, labels), v in runs.items()
@@ -223,18 +228,38 @@ def metrics_run(
         for kind in ("engine", "probe", "route")
     }
     lab.stop(ex.proc)
-    latencies.sort()
-    return {
-        "scrapes": len(latencies),
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-        "max_ms": 1000 * latencies[-1],
-        "lines": lines,
+    if ex.sim is not None:
+        lab.stop(ex.sim)
+    return latencies, {
+        "lines": text.count("\n"),
         "bytes": len(text.encode()),
         "gzip_bytes": size,
         "loss": 1 - (recv1 - recv0) / (sent1 - sent0),
         **{f"{k}_ok": v for k, v in ok_runs.items()},
     }
+
+
+def latency(took: list[float]) -> dict[str, float]:
+    took = sorted(took)
+    return {
+        "scrapes": len(took),
+        "p50_ms": 1000 * statistics.median(took),
+        "p99_ms": 1000 * took[min(len(took) - 1, int(0.99 * len(took)))],
+        "max_ms": 1000 * took[-1],
+    }
+
+
+def metrics_ab(
+    lab: Lab, workdir: Path, n: int, duration: float, old: Path
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The reference and this tree, each run twice in the order A B B A (half ``duration``
+    each), so load that drifts over the whole run weighs on both alike; latencies pooled."""
+    took: dict[Path, list[float]] = {old: [], ROOT: []}
+    last: dict[Path, dict[str, float]] = {}
+    for i, root in enumerate((old, ROOT, ROOT, old)):
+        lat, last[root] = metrics_run(lab, workdir, n, duration / 2, root, tag=f"r{i}")
+        took[root] += lat
+    return ({**latency(took[old]), **last[old]}, {**latency(took[ROOT]), **last[ROOT]})
 
 
 def render_run(lab: Lab, n: int, repeat: int = 10) -> dict[str, float]:
@@ -348,8 +373,7 @@ def main() -> int:
                 print(f"\n/metrics while every check runs (Prometheus's Accept, gzip),"
                       f" {args.targets} targets; reference: the exporter of {args.reference}")
                 old = checkout(args.reference, Path(tmp) / "reference")
-                ref = metrics_run(lab, Path(tmp), args.targets, args.duration, root=old)
-                big = metrics_run(lab, Path(tmp), args.targets, args.duration)
+                ref, big = metrics_ab(lab, Path(tmp), args.targets, args.duration, old)
                 for name, r in ((args.reference, ref), ("this tree", big)):
                     print(f"      {name:>9}: {r['scrapes']:.0f} scrapes, p50"
                           f" {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max"

@@ -234,7 +234,7 @@ def metrics_run(
         "lines": text.count("\n"),
         "bytes": len(text.encode()),
         "gzip_bytes": size,
-        "loss": 1 - (recv1 - recv0) / (sent1 - sent0),
+        "loss": 1 - (recv1 - recv0) / (sent1 - sent0) if sent1 > sent0 else float("nan"),
         **{f"{k}_ok": v for k, v in ok_runs.items()},
     }
 

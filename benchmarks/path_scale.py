@@ -162,7 +162,7 @@ class Exporter:
         """Scrape every ``every`` s for ``duration`` s on one kept-alive connection, as
         Prometheus does: (latencies, last gzipped size, last text)."""
         def run() -> tuple[list[float], int, str]:
-            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
+            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
             headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
             took, raw = [], b""
             end = time.monotonic() + duration
@@ -216,7 +216,7 @@ def metrics_run(
     """(scrape latencies, what the last scrape said) of one exporter run."""
     ex = Exporter(lab, workdir, n, "raw", extra=True, root=root, tag=tag)
     time.sleep(WARMUP)
-    sent0, recv0 = totals(ex.scrape()[2])
+    sent0, recv0 = totals(ex.scrape(timeout=60)[2])  # a loaded machine may take a while
     latencies, size, text = ex.scrape_for(duration, 0.5)
     sent1, recv1 = totals(text)
     runs = parse(text)

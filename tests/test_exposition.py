@@ -23,6 +23,7 @@ from exporter.checks.path.check import PathCheck
 from exporter.config.load import parse_config
 from exporter.runtime.app import App
 from exporter.runtime.exposition import Store
+from exporter.runtime.scheduler import Scheduler
 from tests.support.procs import free_port
 from tests.support.reference import reference_text
 from tests.support.samples import parse, value
@@ -48,6 +49,11 @@ def config_text(port: int, rows: str | None = None) -> str:
         "paths:\n  interval: 5s\n  burst: 3\n  spacing: 5ms\n  timeout: 300ms\n"
         f"  rtt_buckets: [5ms, 50ms, 500ms]\n  carriers:\n    lab:\n{rows or target_rows(port)}"
     )
+
+
+def open_target(scheduler: Scheduler) -> PathCheck:
+    [check] = [c for c in scheduler.checks if isinstance(c, PathCheck) and c.spec.name == "open"]
+    return check
 
 
 async def test_the_store_renders_what_prometheus_client_does(listener: int) -> None:
@@ -89,7 +95,7 @@ async def test_series_a_check_drops_are_gone(listener: int) -> None:
     app = App(parse_config(config_text(listener)), "cfg.yaml")
     try:
         scheduler = app.gen.scheduler
-        [check] = [c for c in scheduler.checks if isinstance(c, PathCheck) and c.spec.name == "open"]
+        check = open_target(scheduler)
         mad = ("llm_path_jitter_seconds", (
             ("carrier", "lab"), ("method", "mean_abs_diff"), ("protocol", "tcp"),
             ("region", "r1"), ("target", "open"),
@@ -135,7 +141,7 @@ async def test_counters_carry_across_runs(listener: int) -> None:
     app = App(parse_config(config_text(listener)), "cfg.yaml")
     try:
         scheduler = app.gen.scheduler
-        [check] = [c for c in scheduler.checks if isinstance(c, PathCheck) and c.spec.name == "open"]
+        check = open_target(scheduler)
         seen = []
         for _ in range(3):
             await scheduler.run_once(check)

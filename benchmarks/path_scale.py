@@ -26,7 +26,7 @@ the truth is 0 loss. Three parts, each with a named reference run in the same sc
   wave waits its whole timeout, the worst case), at 1, 4 and 8 parallel traces. A late
   round must be counted and logged with its reason. Reference: 1 parallel trace.
 
-Run from the repository root (root; apt-get install nftables iproute2):
+Run from the repository root (root; apt-get install nftables iproute2; metrics needs git):
     .venv/bin/python -m benchmarks.path_scale                 # all parts, 1000 targets
     .venv/bin/python -m benchmarks.path_scale --part icmp --targets 300 --duration 20
     .venv/bin/python -m benchmarks.path_scale --part metrics --reference e062a46

@@ -13,8 +13,8 @@ process aggregation and building the snapshot.
 
 Timed per tick, wall (perf_counter) and CPU of the calling thread (thread_time); medians of
 ``--ticks`` ticks after a warm-up. Two GPU sets: 8x H200 (every call, GPM on all) and 8
-mixed generations (tests/support/fake_nvml.py's ``eight_mixed``). Also timed, for scale: rendering
-the snapshot as a /metrics exposition (per scrape, on the event loop).
+mixed generations (tests/support/fake_nvml.py's ``eight_mixed``). Also timed, for scale: the
+snapshot's batch rendered by the runtime's store and joined as a scrape joins it.
 
 Run (from the repository root): .venv/bin/python -m benchmarks.gpu_overhead
 Exit status 1 if a tick's median wall time for 8 GPUs is 5 ms or more.
@@ -35,11 +35,11 @@ from importlib import metadata
 from typing import Any
 
 import pynvml as N
-from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.checks.gpu.check import GpuCollector
+from exporter.checks.gpu.check import gpu_samples
 from exporter.checks.gpu.nvml import GPM_METRICS
 from exporter.checks.gpu.sampler import NvmlSampler
+from exporter.runtime.exposition import Store
 from tests.support.fake_nvml import PROCESS_NAMES, FakeGpu, FakeNvml, eight_mixed, h200
 
 TARGET_MS = 5.0
@@ -169,12 +169,13 @@ def run_set(label: str, gpus: list[FakeGpu], ticks: int) -> tuple[str, float]:
         w, c = timed(bare.tick, block, clock)
         bw += w
         bc += c
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(lambda: sampler.snapshot))
+    store = Store()
     render: list[float] = []
     for _ in range(max(ticks // 5, 10)):
         t0 = time.perf_counter_ns()
-        body = generate_latest(registry)
+        # What a tick's end and a scrape cost: the batch, its lines, the joined text.
+        store.publish("gpu/nvml", gpu_samples(sampler.snapshot))
+        body = store.text(False)
         render.append((time.perf_counter_ns() - t0) / 1e6)
     bare.close()
     sampler.close()

@@ -10,17 +10,26 @@ the truth is 0 loss. Three parts, each with a named reference run in the same sc
   thread) per 1000 echoes. Reference: 1 target.
 * ``metrics``: the same exporter with N ICMP targets, their route checks, an engine check
   and a streaming probe against the simulator, scraped every 0.5 s as Prometheus scrapes
-  (its Accept header, gzip): /metrics latency p50 / p99 / max and the loss meanwhile.
-  Reference: 1 target.
+  (its Accept header, gzip): /metrics latency p50 / p99 / max, bytes per target and the
+  loss meanwhile. Reference: the exporter of ``--reference`` (a git revision, by default the
+  last one before the checks published batches: its "prepared pieces" renderer), run from
+  ``git archive`` of that revision with the same config and N. The two alternate, A B B A,
+  ``--duration`` / 2 each, latencies pooled per side (load that drifts weighs on both).
+* ``render``: the exposition alone, in this process: N path checks run once each (real
+  bursts; their route checks are not run), their batches and the route checks' published
+  to the runtime's store, then a scrape's text (``Store.text``) and its gzip timed, against
+  prometheus_client's ``generate_latest`` over the same batches
+  (``tests/support/reference.py``). Reference: ``generate_latest``.
 * ``routes``: rounds of 300 traceroutes through the exporter's Tracer, time scaled by 1/20
   (wave timeout 100 ms, gap 100 ms, route_interval 30 s stand for 2 s, 2 s and 10 m):
   targets that answer (port unreachable at once), and silent ones (UDP dropped: every
   wave waits its whole timeout, the worst case), at 1, 4 and 8 parallel traces. A late
   round must be counted and logged with its reason. Reference: 1 parallel trace.
 
-Run from the repository root (root; apt-get install nftables iproute2):
+Run from the repository root (root; apt-get install nftables iproute2; metrics needs git):
     .venv/bin/python -m benchmarks.path_scale                 # all parts, 1000 targets
     .venv/bin/python -m benchmarks.path_scale --part icmp --targets 300 --duration 20
+    .venv/bin/python -m benchmarks.path_scale --part metrics --reference e062a46
 Exit status 1 unless at N targets: loss < 0.1 % and CPU < 0.4 s per 1000 echoes on both
 socket kinds, /metrics p99 < 100 ms, and every traceroute round either finished within its
 route_interval or was counted late with a warning.
@@ -32,27 +41,36 @@ import argparse
 import asyncio
 import gzip
 import http.client
+import io
 import logging
 import os
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
-from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer
+from exporter.checks import build_checks
+from exporter.checks.path.route import RouteCheck, Tracer
 from exporter.checks.path.routes import load_table
 from exporter.config.load import parse_config
+from exporter.runtime.scheduler import Scheduler
 from tests.support.netlab import Lab, in_netns, lab_unavailable
-from tests.support.samples import parse
+from tests.support.reference import reference_text
+from tests.support.samples import Exposed, parse
 from tests.support.simulator import simulate_args
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT, SIM_PORT = 9400, 8000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 WARMUP = 10.0
+#: The last revision whose /metrics came from prepared pieces and live prometheus_client
+#: collectors (exporter/runtime/exposition.py's ``Prepared``), before checks published batches.
+REFERENCE = "e062a46"
 #: Prometheus 2.x/3.x's default scrape Accept header (OpenMetrics first).
 ACCEPT = (
     "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
@@ -83,23 +101,37 @@ def exporter_config(n: int, mode: str, extra: bool) -> str:
     )
 
 
+def checkout(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` (git archive), to run the exporter of that revision from."""
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True,
+                         check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.extractall(into, filter="data")
+    return into
+
+
 class Exporter:
-    def __init__(self, lab: Lab, workdir: Path, n: int, mode: str, extra: bool) -> None:
-        self.ns = lab.netns(f"{mode}{n}{'x' if extra else ''}")
+    def __init__(
+        self, lab: Lab, workdir: Path, n: int, mode: str, extra: bool, root: Path = ROOT,
+        tag: str = "",
+    ) -> None:
+        self.ns = lab.netns(f"{mode}{n}{'x' if extra else ''}{tag}")
+        self.sim: subprocess.Popen[bytes] | None = None
         # Ping sockets only where ping_group_range admits the group; root opens raw ones.
         groups = "0 2147483647" if mode == "dgram" else "1 0"
         lab.sysctl(self.ns, "net.ipv4.ping_group_range", groups)
         if extra:
             sim = [sys.executable, "-m", "exporter", *simulate_args(SIM_PORT, fast=True)]
             sim += ["--model", "sim-model"]
-            lab.spawn(self.ns, sim, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.sim = lab.spawn(
+                self.ns, sim, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         config = workdir / f"{self.ns}.yaml"
         config.write_text(exporter_config(n, mode, extra))
         self.log = workdir / f"{self.ns}.log"
         with self.log.open("wb") as out:
             self.proc = lab.spawn(
                 self.ns, [sys.executable, "-m", "exporter", "run", "--config", str(config)],
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                cwd=root, stdout=out, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -130,7 +162,7 @@ class Exporter:
         """Scrape every ``every`` s for ``duration`` s on one kept-alive connection, as
         Prometheus does: (latencies, last gzipped size, last text)."""
         def run() -> tuple[list[float], int, str]:
-            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
+            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
             headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
             took, raw = [], b""
             end = time.monotonic() + duration
@@ -178,13 +210,15 @@ def icmp_run(lab: Lab, workdir: Path, n: int, mode: str, duration: float) -> dic
     }
 
 
-def metrics_run(lab: Lab, workdir: Path, n: int, duration: float) -> dict[str, float]:
-    ex = Exporter(lab, workdir, n, "raw", extra=True)
+def metrics_run(
+    lab: Lab, workdir: Path, n: int, duration: float, root: Path = ROOT, tag: str = ""
+) -> tuple[list[float], dict[str, float]]:
+    """(scrape latencies, what the last scrape said) of one exporter run."""
+    ex = Exporter(lab, workdir, n, "raw", extra=True, root=root, tag=tag)
     time.sleep(WARMUP)
-    sent0, recv0 = totals(ex.scrape()[2])
+    sent0, recv0 = totals(ex.scrape(timeout=60)[2])  # a loaded machine may take a while
     latencies, size, text = ex.scrape_for(duration, 0.5)
     sent1, recv1 = totals(text)
-    lines = text.count("\n")
     runs = parse(text)
     ok_runs = {
         kind: sum(v for (name, labels), v in runs.items()
@@ -194,16 +228,72 @@ def metrics_run(lab: Lab, workdir: Path, n: int, duration: float) -> dict[str, f
         for kind in ("engine", "probe", "route")
     }
     lab.stop(ex.proc)
-    latencies.sort()
-    return {
-        "scrapes": len(latencies),
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-        "max_ms": 1000 * latencies[-1],
-        "lines": lines,
+    if ex.sim is not None:
+        lab.stop(ex.sim)
+    return latencies, {
+        "lines": text.count("\n"),
+        "bytes": len(text.encode()),
         "gzip_bytes": size,
-        "loss": 1 - (recv1 - recv0) / (sent1 - sent0),
+        "loss": 1 - (recv1 - recv0) / (sent1 - sent0) if sent1 > sent0 else float("nan"),
         **{f"{k}_ok": v for k, v in ok_runs.items()},
+    }
+
+
+def latency(took: list[float]) -> dict[str, float]:
+    took = sorted(took)
+    return {
+        "scrapes": len(took),
+        "p50_ms": 1000 * statistics.median(took),
+        "p99_ms": 1000 * took[min(len(took) - 1, int(0.99 * len(took)))],
+        "max_ms": 1000 * took[-1],
+    }
+
+
+def metrics_ab(
+    lab: Lab, workdir: Path, n: int, duration: float, old: Path
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The reference and this tree, each run twice in the order A B B A (half ``duration``
+    each), so load that drifts over the whole run weighs on both alike; latencies pooled."""
+    took: dict[Path, list[float]] = {old: [], ROOT: []}
+    last: dict[Path, dict[str, float]] = {}
+    for i, root in enumerate((old, ROOT, ROOT, old)):
+        lat, last[root] = metrics_run(lab, workdir, n, duration / 2, root, tag=f"r{i}")
+        took[root] += lat
+    return ({**latency(took[old]), **last[old]}, {**latency(took[ROOT]), **last[ROOT]})
+
+
+def render_run(lab: Lab, n: int, repeat: int = 10) -> dict[str, float]:
+    ns = lab.netns("render")
+    rows = "\n".join(f"      - {{name: t{i}, host: {address(i)}, region: lo}}" for i in range(n))
+    cfg = parse_config(f"paths:\n  burst: 20\n  spacing: 10ms\n  carriers:\n    lo:\n{rows}\n")
+
+    async def run_all() -> Scheduler:
+        scheduler = Scheduler(build_checks(cfg))
+        # The path checks only: a round of 1000 traceroutes takes minutes (its two series
+        # per target, route info and hop count, are left out here).
+        paths = [c for c in scheduler.checks if c.kind == "path"]
+        await asyncio.gather(*(scheduler.run_once(c) for c in paths))
+        await scheduler.stop()
+        return scheduler
+
+    store = in_netns(ns, lambda: asyncio.run(run_all())).store
+    batches = store.batches()
+
+    def median_ms(fn: Callable[[], object], times: int) -> float:
+        took = []
+        for _ in range(times):
+            start = time.perf_counter()
+            fn()
+            took.append(time.perf_counter() - start)
+        return 1000 * statistics.median(took)
+
+    body = store.text(True)
+    return {
+        "bytes": len(body),
+        "lines": body.count(b"\n"),
+        "ours_ms": median_ms(lambda: store.text(True), repeat),
+        "gzip_ms": median_ms(lambda: gzip.compress(body, compresslevel=1), repeat),
+        "reference_ms": median_ms(lambda: reference_text(batches, True), 3),
     }
 
 
@@ -225,14 +315,12 @@ def routes_run(lab: Lab, silent: bool, parallelism: int, n: int = 300) -> dict[s
 
     handler = Catch()
     logging.getLogger("exporter.route").addHandler(handler)
-    from prometheus_client import CollectorRegistry
-
-    reg = CollectorRegistry()
-    fams = RouteMetrics.create(reg)
+    reg = Exposed()
 
     async def one_round() -> float:
-        tracer = Tracer(parallelism, interval, fams, gap=0.1)
-        checks = [RouteCheck("lo", t, interval, 0.1, load_table(), tracer, fams) for t in targets]
+        tracer = Tracer(parallelism, interval, gap=0.1)
+        checks = [RouteCheck("lo", t, interval, 0.1, load_table(), tracer) for t in targets]
+        reg.add(*checks)
         start = time.monotonic()
         # As the scheduler does: every check asks at once; each waits its turn.
         await asyncio.gather(*(c.run() for c in checks), return_exceptions=True)
@@ -256,9 +344,11 @@ def load() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=("icmp", "metrics", "routes", "all"), default="all")
+    ap.add_argument("--part", choices=("icmp", "metrics", "render", "routes", "all"), default="all")
     ap.add_argument("--targets", type=int, default=1000)
     ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--reference", default=REFERENCE,
+                    help="git revision whose /metrics is the reference (default %(default)s)")
     args = ap.parse_args()
     if (why := lab_unavailable()) is not None:
         print(f"cannot run: {why}", file=sys.stderr)
@@ -280,19 +370,28 @@ def main() -> int:
                           f" {big['cpu_per_1000'] / ref['cpu_per_1000']:.2f}")
                     ok &= big["loss"] < 0.001 and big["cpu_per_1000"] < 0.4
             if args.part in ("metrics", "all"):
-                print("\n/metrics while every check runs (Prometheus's Accept, gzip):")
-                ref = metrics_run(lab, Path(tmp), 1, args.duration)
-                big = metrics_run(lab, Path(tmp), args.targets, args.duration)
-                for n, r in ((1, ref), (args.targets, big)):
-                    print(f"      {n:5d} targets: {r['scrapes']:.0f} scrapes, p50"
+                print(f"\n/metrics while every check runs (Prometheus's Accept, gzip),"
+                      f" {args.targets} targets; reference: the exporter of {args.reference}")
+                old = checkout(args.reference, Path(tmp) / "reference")
+                ref, big = metrics_ab(lab, Path(tmp), args.targets, args.duration, old)
+                for name, r in ((args.reference, ref), ("this tree", big)):
+                    print(f"      {name:>9}: {r['scrapes']:.0f} scrapes, p50"
                           f" {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max"
                           f" {r['max_ms']:.1f} ms; {r['lines']:.0f} lines,"
+                          f" {r['bytes'] / args.targets:.0f} bytes per target,"
                           f" {r['gzip_bytes'] / 1e6:.2f} MB gzipped; loss {r['loss']:.4%};"
                           f" successful runs: engine {r['engine_ok']:.0f}, probe"
                           f" {r['probe_ok']:.0f}, route {r['route_ok']:.0f}")
-                print(f"      p99 ratio {args.targets} targets / 1 target:"
-                      f" {big['p99_ms'] / ref['p99_ms']:.1f}")
+                print(f"      p99 ratio this tree / {args.reference}:"
+                      f" {big['p99_ms'] / ref['p99_ms']:.2f}")
                 ok &= big["p99_ms"] < 100 and big["loss"] < 0.001
+            if args.part in ("render", "all"):
+                r = render_run(lab, args.targets)
+                print(f"\nRendering {args.targets} targets' batches ({r['lines']:.0f} lines,"
+                      f" {r['bytes'] / args.targets:.0f} bytes per target), OpenMetrics:"
+                      f" store {r['ours_ms']:.1f} ms + gzip {r['gzip_ms']:.1f} ms;"
+                      f" prometheus_client generate_latest {r['reference_ms']:.0f} ms"
+                      f" ({r['reference_ms'] / (r['ours_ms'] + r['gzip_ms']):.0f}x ours with gzip)")
             if args.part in ("routes", "all"):
                 print("\nTraceroute rounds, 300 targets, time x 1/20 (route_interval 30 s):")
                 for silent in (False, True):

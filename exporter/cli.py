@@ -12,7 +12,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from exporter import __version__
@@ -59,7 +58,7 @@ def _or_exit(step: Callable[[], _T]) -> _T:
 def require_checks(config: Config, allow_empty: bool) -> Config:
     """An empty or truncated file must not pass for "nothing to do": the exporter would
     serve no checks and say Ready, and a reload would silently drop every check."""
-    if not allow_empty and not build_checks(config, CollectorRegistry(auto_describe=False)):
+    if not allow_empty and not build_checks(config):
         raise ConfigError([
             f"{config.where()}: configures no checks (engines, probes, paths or gpu);"
             " pass --allow-empty if that is intended"
@@ -152,7 +151,7 @@ def summarize(config: Config, path: str, web: Web | None = None) -> str:
         f" e2e p95 {slo.e2e_p95_seconds:g}s, probe failures {slo.probe_failure_ratio:.0%},"
         f" loss {slo.loss_ratio:.1%}, jitter {slo.jitter_seconds * 1000:g}ms"
     )
-    checks = build_checks(config, CollectorRegistry(auto_describe=False))
+    checks = build_checks(config)
     lines.append(f"  checks        {len(checks)}")
     for check in checks:
         lines.append(

@@ -12,11 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-)
+from prometheus_client.core import GaugeMetricFamily
 
 NAMESPACE = "llm"
 
@@ -49,7 +45,8 @@ class Family:
         self, registry: CollectorRegistry, buckets: Sequence[float] | None = None
     ) -> Counter | Gauge | Histogram:
         """A prometheus_client object for this family on ``registry`` (a histogram with
-        ``buckets`` instead of the declared ones where a config chose its own)."""
+        ``buckets`` instead of the declared ones): for the runtime's own families only, as
+        checks publish batches (``exporter/checks/batch.py``)."""
         labels = list(self.labels)
         if self.kind is Kind.COUNTER:
             return Counter(self.base, self.help, labels, registry=registry)
@@ -80,17 +77,9 @@ class Family:
         return metric
 
     def gauge_family(self) -> GaugeMetricFamily:
-        """An empty family for custom collectors (values added by the caller)."""
+        """An empty family for the runtime's custom collectors (values added by the caller)."""
         assert self.kind is Kind.GAUGE
         return GaugeMetricFamily(self.name, self.help, labels=list(self.labels))
-
-    def counter_family(self) -> CounterMetricFamily:
-        assert self.kind is Kind.COUNTER
-        return CounterMetricFamily(self.base, self.help, labels=list(self.labels))
-
-    def histogram_family(self) -> HistogramMetricFamily:
-        assert self.kind is Kind.HISTOGRAM
-        return HistogramMetricFamily(self.name, self.help, labels=list(self.labels))
 
 
 SCHEMA: dict[str, Family] = {}

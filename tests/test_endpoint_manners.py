@@ -11,7 +11,6 @@ import pytest
 import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from prometheus_client import CollectorRegistry
 
 from exporter.checks.base import RunSkipped
 from exporter.checks.engine import check as engine
@@ -20,6 +19,7 @@ from exporter.checks.probe import check as probe
 from exporter.checks.probe.check import ProbeCheck, ProbeFailed
 from exporter.config.load import parse_config
 from exporter.probing.client import MAX_RETRY_AFTER, parse_retry_after
+from tests.support.samples import published_value
 
 
 class Endpoint:
@@ -47,17 +47,15 @@ async def endpoint(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Endpoi
         await server.close()
 
 
-def make_probe(url: str, reg: CollectorRegistry) -> ProbeCheck:
+def make_probe(url: str) -> ProbeCheck:
     entry = {"name": "p", "url": url, "model": "m", "min_spacing": "1ms"}
-    [check] = probe.build(parse_config(yaml.safe_dump({"probes": [entry]})), reg)
+    [check] = probe.build(parse_config(yaml.safe_dump({"probes": [entry]})))
     assert isinstance(check, ProbeCheck)
     return check
 
 
-def sample(reg: CollectorRegistry, name: str, check: ProbeCheck, **labels: str) -> float:
-    value = reg.get_sample_value(name, {**check.series_labels, **labels})
-    assert value is not None, name
-    return value
+def sample(name: str, check: ProbeCheck, **labels: str) -> float:
+    return published_value(check, name, **{**check.series_labels, **labels})
 
 
 def test_retry_after_forms() -> None:
@@ -73,8 +71,7 @@ def test_retry_after_forms() -> None:
                                       (503, {"Retry-After": "120"})], indirect=True)
 async def test_retry_after_holds_the_next_runs(endpoint: tuple[Endpoint, str]) -> None:
     ep, url = endpoint
-    reg = CollectorRegistry()
-    check = make_probe(url, reg)
+    check = make_probe(url)
     try:
         with pytest.raises(ProbeFailed):
             await check.run()
@@ -84,14 +81,13 @@ async def test_retry_after_holds_the_next_runs(endpoint: tuple[Endpoint, str]) -
     finally:
         await check.close()
     assert ep.requests == 1
-    assert sample(reg, "llm_probe_held_off_total", check) == 3
+    assert sample("llm_probe_held_off_total", check) == 3
 
 
 @pytest.mark.parametrize("endpoint", [(429, {})], indirect=True)
 async def test_429_without_retry_after_keeps_probing(endpoint: tuple[Endpoint, str]) -> None:
     ep, url = endpoint
-    reg = CollectorRegistry()
-    check = make_probe(url, reg)
+    check = make_probe(url)
     try:
         for _ in range(3):
             with pytest.raises(ProbeFailed):
@@ -99,22 +95,21 @@ async def test_429_without_retry_after_keeps_probing(endpoint: tuple[Endpoint, s
     finally:
         await check.close()
     assert ep.requests == 3
-    assert sample(reg, "llm_probe_requests_total", check, outcome="rate_limited") == 3
+    assert sample("llm_probe_requests_total", check, outcome="rate_limited") == 3
 
 
 @pytest.mark.parametrize("endpoint", [(302, {"Location": "/v1/chat/completions"})],
                          indirect=True)
 async def test_redirect_loop_is_its_own_outcome(endpoint: tuple[Endpoint, str]) -> None:
     ep, url = endpoint
-    reg = CollectorRegistry()
-    check = make_probe(url, reg)
+    check = make_probe(url)
     try:
         with pytest.raises(ProbeFailed, match="redirect: HTTP 302 redirect"):
             await check.run()
     finally:
         await check.close()
     assert ep.requests == 1  # not followed, so not looped
-    assert sample(reg, "llm_probe_requests_total", check, outcome="redirect") == 1
+    assert sample("llm_probe_requests_total", check, outcome="redirect") == 1
 
 
 async def test_engine_redirect_loop_is_not_a_connection_error() -> None:
@@ -125,17 +120,16 @@ async def test_engine_redirect_loop_is_not_a_connection_error() -> None:
     app.router.add_get("/metrics", loop)
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
-    reg = CollectorRegistry()
     config = parse_config(yaml.safe_dump({"engines": [
         {"name": "e", "url": f"http://127.0.0.1:{server.port}/metrics", "type": "vllm"}]}))
-    [check] = engine.build(config, reg)
+    [check] = engine.build(config)
     try:
         with pytest.raises(ScrapeError, match="redirect loop"):
             await check.run()
     finally:
         await check.close()
         await server.close()
-    assert reg.get_sample_value("llm_engine_scrape_errors_total",
-                                {"target": "e", "reason": "redirect"}) == 1
-    assert reg.get_sample_value("llm_engine_scrape_errors_total",
-                                {"target": "e", "reason": "connection"}) == 0
+    assert published_value(check, "llm_engine_scrape_errors_total", target="e",
+                           reason="redirect") == 1
+    assert published_value(check, "llm_engine_scrape_errors_total", target="e",
+                           reason="connection") == 0

@@ -1,7 +1,7 @@
 """The engine check over real HTTP: loopback aiohttp servers play the engines.
 
-Each test runs the real check (built by the real factory from YAML) and reads the real
-registry through prometheus_client's text exposition and parser.
+Each test runs the real check (built by the real factory from YAML) and reads its batch as
+/metrics renders it, through prometheus_client's parser.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.checks import FACTORIES, build_checks
 from exporter.checks.engine import check as engine_mod
@@ -23,6 +22,7 @@ from exporter.checks.engine.check import EngineCheck, ScrapeError
 from exporter.config.load import parse_config
 from exporter.metrics import ENGINE_SCRAPE_ERROR_REASONS as REASONS
 from exporter.runtime.app import App
+from exporter.runtime.exposition import Store
 from exporter.runtime.scheduler import Scheduler
 from tests.support.engine_fixtures import (
     assert_same,
@@ -120,15 +120,18 @@ def entry(name: str, url: str, extra: str = "") -> str:
     return f"  - name: {name}\n    url: {url}\n    timeout: 1s\n{extra}"
 
 
-def build(yaml: str) -> tuple[list[EngineCheck], CollectorRegistry]:
-    registry = CollectorRegistry()
-    checks = build_checks(parse_config(yaml), registry)
+def build(yaml: str) -> list[EngineCheck]:
+    checks = build_checks(parse_config(yaml))
     assert all(isinstance(c, EngineCheck) for c in checks)
-    return checks, registry  # type: ignore[return-value]
+    return checks  # type: ignore[return-value]
 
 
-def exposition(registry: CollectorRegistry) -> str:
-    return generate_latest(registry).decode()
+def exposition(checks: list[EngineCheck]) -> str:
+    """The checks' batches as /metrics renders them."""
+    store = Store()
+    for check in checks:
+        store.publish(check.name, check.batch())
+    return store.text(False).decode()
 
 
 def data_series(text_: str, target: str) -> list[str]:
@@ -152,10 +155,10 @@ async def test_vllm_fixture_over_http_equals_source(engine: FakeEngine) -> None:
     fixture = vllm_fixture()
     engine.routes["/v1/metrics"] = text(fixture)
     engine.routes["/v1/version"] = text('{"version": "0.11.2"}', "application/json")
-    checks, registry = build(config(entry("vllm-a", engine.url("/v1/metrics"))))
+    checks = build(config(entry("vllm-a", engine.url("/v1/metrics"))))
     try:
         await checks[0].run()
-        out = exposition(registry)
+        out = exposition(checks)
         oracle = "\n".join(line for line in fixture.splitlines() if ",...}" not in line)
         assert_same(exposed_samples(out), expected_samples(oracle, "vllm", "vllm-a"))
         assert value(out, "llm_engine_up", target="vllm-a") == 1.0
@@ -181,14 +184,14 @@ async def test_triton_fixture_blocks_over_http_equal_source(engine: FakeEngine) 
     blocks = triton_fixture_blocks()
     engine.routes["/a/metrics"] = text(blocks["A"])
     engine.routes["/b/metrics"] = text(blocks["B"])
-    checks, registry = build(config(
+    checks = build(config(
         entry("triton-a", engine.url("/a/metrics"), "    type: triton\n"),
         entry("triton-b", engine.url("/b/metrics")),  # detected from the names
     ))
     try:
         for check in checks:
             await check.run()
-        out = exposition(registry)
+        out = exposition(checks)
         want = {
             **expected_samples(blocks["A"], "triton", "triton-a"),
             **expected_samples(blocks["B"], "triton", "triton-b"),
@@ -231,11 +234,11 @@ async def test_failure_marks_down_counts_reason_and_drops_data(
 ) -> None:
     handler, reason = FAILURES[case]
     engine.routes["/metrics"] = text(vllm_fixture())
-    checks, registry = build(config(entry("e", engine.url("/metrics"))))
+    checks = build(config(entry("e", engine.url("/metrics"))))
     check = checks[0]
     try:
         await check.run()
-        before = exposition(registry)
+        before = exposition(checks)
         assert value(before, "llm_engine_up", target="e") == 1.0
         assert data_series(before, "e")
         if handler is None:
@@ -249,7 +252,7 @@ async def test_failure_marks_down_counts_reason_and_drops_data(
         assert time.monotonic() - started < check.timeout
         assert err.value.reason == reason
         assert "SECRET-BODY-MARKER" not in str(err.value)
-        after = exposition(registry)
+        after = exposition(checks)
         assert value(after, "llm_engine_up", target="e") == 0.0
         assert data_series(after, "e") == []
         assert value(after, "llm_engine_info", target="e") is None
@@ -265,8 +268,7 @@ async def test_reading_stops_at_the_size_cap(engine: FakeEngine) -> None:
     # until the timeout and report reason=timeout instead).
     engine.routes["/metrics"] = stream(None)
     parsed = parse_config(config(entry("e", engine.url("/metrics"))))
-    shared = engine_mod.EngineMetrics(CollectorRegistry())
-    check = EngineCheck(parsed.engines[0], shared, max_body_bytes=1024 * 1024)
+    check = EngineCheck(parsed.engines[0], max_body_bytes=1024 * 1024)
     try:
         with pytest.raises(ScrapeError) as err:
             await check.run()
@@ -281,10 +283,10 @@ async def test_recovery_and_state_change_logging(
     monkeypatch.setenv("ENGINE_TOKEN", "tok-SECRET-123")
     caplog.set_level(logging.DEBUG)
     engine.routes["/metrics"] = text(vllm_fixture())
-    checks, registry = build(config(entry(
+    checks = build(config(entry(
         "e", engine.url("/metrics"), "    bearer_token: {env: ENGINE_TOKEN}\n")))
     check = checks[0]
-    sched = Scheduler(list(checks), registry)
+    sched = Scheduler(list(checks))
     try:
         assert await sched.run_once(check) == "success"
         engine.routes["/metrics"] = text("boom SECRET-BODY-MARKER", "text/plain", 500)
@@ -293,7 +295,7 @@ async def test_recovery_and_state_change_logging(
         engine.routes["/metrics"] = text(vllm_fixture())
         for _ in range(2):
             assert await sched.run_once(check) == "success"
-        out = exposition(registry)
+        out = exposition(checks)
         assert value(out, "llm_engine_up", target="e") == 1.0
         assert value(out, "llm_engine_scrape_errors_total", target="e", reason="http_5xx") == 3
         assert data_series(out, "e")
@@ -383,15 +385,15 @@ def _vllm(tokens: float, ttft_count: float, models: list[str] | None = None) -> 
 
 async def test_engine_restart_passes_through_as_a_reset(engine: FakeEngine) -> None:
     engine.routes["/metrics"] = text(_vllm(1000.0, 50.0))
-    checks, registry = build(config(entry("e", engine.url("/metrics"))))
+    checks = build(config(entry("e", engine.url("/metrics"))))
     try:
         await checks[0].run()
-        out = exposition(registry)
+        out = exposition(checks)
         tokens = {"target": "e", "model": "m", "dp_rank": "1"}
         assert value(out, "llm_engine_prompt_tokens_total", **tokens) == 1000.0
         engine.routes["/metrics"] = text(_vllm(7.0, 2.0))  # restarted engine
         await checks[0].run()
-        out = exposition(registry)
+        out = exposition(checks)
         assert value(out, "llm_engine_prompt_tokens_total", **tokens) == 7.0
         assert value(out, "llm_engine_time_to_first_token_seconds_count", **tokens) == 2.0
         assert value(out, "llm_engine_time_to_first_token_seconds_bucket",
@@ -405,11 +407,11 @@ async def test_engine_restart_passes_through_as_a_reset(engine: FakeEngine) -> N
 async def test_model_cap_over_http(engine: FakeEngine) -> None:
     models = [f"model-{i:02d}" for i in range(25)]
     engine.routes["/metrics"] = text(_vllm(1.0, 1.0, models))
-    checks, registry = build(config(entry("e", engine.url("/metrics"))))  # default cap 20
+    checks = build(config(entry("e", engine.url("/metrics"))))  # default cap 20
     try:
         await checks[0].run()
         await checks[0].run()
-        out = exposition(registry)
+        out = exposition(checks)
         exposed = {labels["model"] for labels, _ in find(out, "llm_engine_prompt_tokens_total")}
         assert exposed == set(models[:20])
         # 5 models x 2 ranks x 5 lines (a counter; a histogram's 2 buckets, _count, _sum),
@@ -430,11 +432,11 @@ async def test_trtllm_serve_json_metrics_falls_back_to_prometheus_path(
         "# TYPE trtllm_num_requests_waiting gauge\n"
         'trtllm_num_requests_waiting{model_name="nemotron"} 3.0\n'
     )
-    checks, registry = build(config(entry("trt", engine.url("/metrics"))))
+    checks = build(config(entry("trt", engine.url("/metrics"))))
     try:
         for _ in range(3):
             await checks[0].run()
-        out = exposition(registry)
+        out = exposition(checks)
         assert value(out, "llm_engine_requests_waiting", target="trt", engine="trtllm",
                      model="nemotron") == 3.0
         assert checks[0].url == engine.url("/prometheus/metrics")
@@ -454,13 +456,13 @@ async def test_family_is_redetected_when_names_change(
 ) -> None:
     caplog.set_level(logging.INFO, logger="exporter.engine")
     engine.routes["/metrics"] = text(_vllm(5.0, 1.0))
-    checks, registry = build(config(entry("e", engine.url("/metrics"))))
+    checks = build(config(entry("e", engine.url("/metrics"))))
     try:
         await checks[0].run()
         await checks[0].run()
         engine.routes["/metrics"] = text('sglang:num_queue_reqs{model_name="q"} 4\n')
         await checks[0].run()
-        out = exposition(registry)
+        out = exposition(checks)
         assert value(out, "llm_engine_requests_waiting", target="e", engine="sglang") == 4.0
         assert value(out, "llm_engine_prompt_tokens_total", target="e") is None
         assert value(out, "llm_engine_info", target="e", family="sglang") == 1.0
@@ -473,19 +475,19 @@ async def test_family_is_redetected_when_names_change(
 
 async def test_configured_type_wins_over_detection(engine: FakeEngine) -> None:
     engine.routes["/metrics"] = text(_vllm(5.0, 1.0))
-    checks, registry = build(config(entry("e", engine.url("/metrics"), "    type: sglang\n")))
+    checks = build(config(entry("e", engine.url("/metrics"), "    type: sglang\n")))
     try:
         # vLLM names where SGLang's are configured: not an SGLang answering, so down.
         with pytest.raises(ScrapeError, match="unrecognized: no sglang metric names"):
             await checks[0].run()
-        out = exposition(registry)
+        out = exposition(checks)
         assert value(out, "llm_engine_up", target="e") == 0.0
         assert value(out, "llm_engine_scrape_errors_total", target="e",
                      reason="unrecognized") == 1.0
         # Its own names without a mapped series (no model loaded yet) are an empty success.
         engine.routes["/metrics"] = text('sglang:engine_startup_time{a="1"} 1\n')
         await checks[0].run()
-        out = exposition(registry)
+        out = exposition(checks)
         assert value(out, "llm_engine_up", target="e") == 1.0
         assert value(out, "llm_engine_info", target="e", family="sglang") == 1.0
         assert data_series(out, "e") == []
@@ -496,11 +498,11 @@ async def test_configured_type_wins_over_detection(engine: FakeEngine) -> None:
 def test_registered_in_factories() -> None:
     assert FACTORIES["engines"] is engine_mod.build
     cfg = parse_config(config(entry("e", "http://127.0.0.1:1/metrics")))
-    assert build_checks(parse_config(""), CollectorRegistry()) == []
-    checks = build_checks(cfg, CollectorRegistry())
+    assert build_checks(parse_config("")) == []
+    checks = build_checks(cfg)
     assert [c.name for c in checks] == ["engine/e"]
     assert checks[0].interval == 5.0
     # Credentials in a URL never reach the index page or check-config output.
     with_userinfo = parse_config(config(entry("u", "http://user:pw-SECRET@127.0.0.1:1/metrics")))
-    described = build_checks(with_userinfo, CollectorRegistry())[0].describe()
+    described = build_checks(with_userinfo)[0].describe()
     assert "pw-SECRET" not in described and "127.0.0.1:1/metrics" in described

@@ -14,17 +14,17 @@ from typing import Any
 import aiohttp
 import pynvml
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import __version__, metrics
 from exporter import checks as checks_pkg
 from exporter.checks import Check
 from exporter.checks.gpu import check as gpu_check
 from exporter.checks.gpu.bandwidth import formula_peak_bandwidth, spec_peak_bandwidth
-from exporter.checks.gpu.check import GpuCheck, GpuCollector
+from exporter.checks.gpu.check import GpuCheck, gpu_samples
 from exporter.checks.gpu.sampler import MAX_EVENTS_PER_TICK, RESCAN_FIRST, NvmlSampler
 from exporter.config.load import parse_config
 from exporter.runtime.app import App
+from exporter.runtime.exposition import Store
 from tests.support import ROOT
 from tests.support.fake_nvml import (
     OLD_DRIVER_MISSING,
@@ -72,12 +72,13 @@ class FakeClock:
 
 
 class Scrape:
-    """The exposition the collector renders, parsed back: what Prometheus would see."""
+    """The samples of the sampler's snapshot as /metrics renders them, parsed back: what
+    Prometheus would see."""
 
     def __init__(self, sampler: NvmlSampler) -> None:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(GpuCollector(lambda: sampler.snapshot))
-        self.text = generate_latest(registry).decode()
+        store = Store()
+        store.publish("gpu/nvml", gpu_samples(sampler.snapshot))
+        self.text = store.text(False).decode()
         self.parsed = parse(self.text)
         self.samples = [(n, dict(lab), v) for (n, lab), v in self.parsed.items()]
 
@@ -558,11 +559,10 @@ async def test_check_never_runs_two_samplers_at_once(make: Callable[..., Any]) -
 
 
 def test_factory() -> None:
-    registry = CollectorRegistry(auto_describe=False)
-    assert gpu_check.build(parse_config(""), registry) == []
-    assert gpu_check.build(parse_config("gpu: {enabled: false}"), registry) == []
+    assert gpu_check.build(parse_config("")) == []
+    assert gpu_check.build(parse_config("gpu: {enabled: false}")) == []
     config = parse_config("gpu: {interval: 2s, devices: [1, 0]}")
-    (check,) = gpu_check.build(config, registry)
+    (check,) = gpu_check.build(config)
     assert check.name == "gpu/nvml" and check.interval == 2.0 and check.timeout >= 2.0
     assert check.describe() == "NVML, GPUs [1, 0]"
 
@@ -581,7 +581,7 @@ class Counting(Check):
 @pytest.fixture
 def other_check() -> Iterator[Counting]:
     check = Counting()
-    checks_pkg.FACTORIES["test"] = lambda _cfg, _reg: [check]
+    checks_pkg.FACTORIES["test"] = lambda _cfg: [check]
     yield check
     checks_pkg.FACTORIES.pop("test", None)
 

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from exporter.checks.path import check as path
 from exporter.checks.path.check import PathCheck
@@ -27,7 +26,7 @@ from exporter.config.load import parse_config
 from tests.support import ROOT
 from tests.support.netlab import Lab, Responder, binomial_interval, in_netns, sh
 from tests.support.procs import http_get
-from tests.support.samples import parse, registry_value
+from tests.support.samples import Exposed, parse, published_value
 
 # name: (delay s, uniform jitter +- s, loss ratio), the shapes of the benchmark paths
 PATHS = {
@@ -66,11 +65,12 @@ def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> No
         f"paths:\n  interval: 5s\n  burst: {BURST}\n  spacing: {SPACING}\n  timeout: {TIMEOUT}\n"
         f"  carriers:\n{targets}\n"
     )
-    reg = CollectorRegistry()
+    reg = Exposed()
     rfc: dict[str, list[float]] = {name: [] for name in PATHS}
 
     async def measure() -> str | None:
-        checks = [c for c in path.build(cfg, reg) if isinstance(c, PathCheck)]
+        checks = [c for c in path.build(cfg) if isinstance(c, PathCheck)]
+        reg.add(*checks)
         try:
             for _ in range(BURSTS):
                 await asyncio.gather(*(c.run() for c in checks))
@@ -88,8 +88,8 @@ def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> No
         source, _, responder = paths[name]
         labels = {"carrier": name, "target": name, "region": "lab", "protocol": "icmp"}
         echoes = responder.echoes(source)
-        sent = registry_value(reg, "llm_path_packets_sent_total", **labels)
-        received = registry_value(reg, "llm_path_packets_received_total", **labels)
+        sent = published_value(reg.checks, "llm_path_packets_sent_total", **labels)
+        received = published_value(reg.checks, "llm_path_packets_received_total", **labels)
         dropped = sum(not e[4] for e in echoes)
         # Every echo settled: the counters are exactly the responder's truth.
         assert sent == len(echoes) == BURST * BURSTS, name
@@ -97,7 +97,7 @@ def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> No
         lo, hi = binomial_interval(BURST * BURSTS, loss)
         assert lo <= dropped <= hi, (name, dropped, lo, hi)
 
-        mean_rtt = registry_value(reg, "llm_path_rtt_seconds_sum", **labels) / received
+        mean_rtt = published_value(reg.checks, "llm_path_rtt_seconds_sum", **labels) / received
         applied = statistics.fmean(e[5] for e in echoes if e[4])
         assert abs(mean_rtt - applied) < 0.001, (name, mean_rtt, applied)
         if jitter <= 0.005:  # the sample mean of wider jitter wanders by more than 1 ms
@@ -106,10 +106,10 @@ def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> No
         # RTT differences of iid uniform(+-j) delays: E|D| = 2j/3, the RFC 3550 fixed point.
         analytic = 2 * jitter / 3
         assert abs(statistics.fmean(rfc[name]) - analytic) < 0.25 * analytic, (name, rfc[name])
-        assert registry_value(reg, "llm_path_jitter_seconds", **labels, method="rfc3550") == rfc[name][-1]
-        mad = registry_value(reg, "llm_path_jitter_seconds", **labels, method="mean_abs_diff")
+        assert published_value(reg.checks, "llm_path_jitter_seconds", **labels, method="rfc3550") == rfc[name][-1]
+        mad = published_value(reg.checks, "llm_path_jitter_seconds", **labels, method="mean_abs_diff")
         assert abs(mad - analytic) < 0.25 * analytic, (name, mad)
-        last_loss = registry_value(reg, "llm_path_loss_ratio", **labels)
+        last_loss = published_value(reg.checks, "llm_path_loss_ratio", **labels)
         assert last_loss == pytest.approx(sum(not e[4] for e in echoes[-BURST:]) / BURST)
 
 
@@ -141,8 +141,8 @@ def test_route_class_and_a_route_change(lab: Lab, caplog: pytest.LogCaptureFixtu
         "paths:\n  timeout: 1s\n  carriers:\n"
         f"    telecom: [{{name: sh, host: {target}, region: lab}}]\n"
     )
-    reg = CollectorRegistry()
-    checks = [c for c in path.build(cfg, reg) if isinstance(c, RouteCheck)]
+    checks = [c for c in path.build(cfg) if isinstance(c, RouteCheck)]
+    reg = Exposed(*checks)
     check = checks[0]
     labels = {"carrier": "telecom", "target": "sh"}
 

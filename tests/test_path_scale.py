@@ -12,14 +12,13 @@ import asyncio
 import logging
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from exporter.checks.path import check as path
 from exporter.checks.path.check import PathCheck
-from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer
+from exporter.checks.path.route import RouteCheck, Tracer
 from exporter.config.load import parse_config
 from tests.support.netlab import Lab, in_netns
-from tests.support.samples import registry_value
+from tests.support.samples import Exposed, published_value
 
 TARGETS, BURST = 200, 5
 SILENT = {f"127.0.1.{i}" for i in range(1, TARGETS + 1) if i % 10 == 0}
@@ -48,10 +47,11 @@ def test_one_shared_socket_no_cross_talk(lab: Lab, mode: str) -> None:
           }}
         }}""")
     cfg = parse_config(targets_config(f"  icmp_socket: {mode}\n"))
-    reg = CollectorRegistry()
+    reg = Exposed()
 
     async def measure() -> tuple[int, str | None]:
-        checks = [c for c in path.build(cfg, reg) if isinstance(c, PathCheck)]
+        checks = [c for c in path.build(cfg) if isinstance(c, PathCheck)]
+        reg.add(*checks)
         try:
             for _ in range(2):
                 results = await asyncio.gather(*(c.run() for c in checks), return_exceptions=True)
@@ -66,10 +66,9 @@ def test_one_shared_socket_no_cross_talk(lab: Lab, mode: str) -> None:
 
     assert in_netns(ns, lambda: asyncio.run(measure())) == (1, mode)
     by_target = {
-        (s.name, s.labels["target"]): s.value
-        for family in reg.collect()
-        for s in family.samples
-        if "target" in s.labels
+        (name, dict(labels)["target"]): v
+        for (name, labels), v in reg.samples().items()
+        if "target" in dict(labels)
     }
     for i in range(1, TARGETS + 1):
         sent = by_target["llm_path_packets_sent_total", f"t{i}"]
@@ -96,10 +95,11 @@ def test_tcp_connects_are_capped(lab: Lab) -> None:
         "paths:\n  interval: 5s\n  burst: 5\n  spacing: 10ms\n  timeout: 500ms\n"
         f"  max_tcp_connects: 20\n  carriers:\n    lab:\n{rows}\n"
     )
-    reg = CollectorRegistry()
+    reg = Exposed()
 
     async def measure() -> int:
-        checks = [c for c in path.build(cfg, reg) if isinstance(c, PathCheck)]
+        checks = [c for c in path.build(cfg) if isinstance(c, PathCheck)]
+        reg.add(*checks)
         peak = 0
 
         async def watch() -> None:
@@ -117,8 +117,8 @@ def test_tcp_connects_are_capped(lab: Lab) -> None:
     total = {"sent": 0.0, "busy": 0.0}
     for i in range(1, 11):
         labels = {"carrier": "lab", "target": f"t{i}", "region": "lo", "protocol": "tcp"}
-        total["sent"] += registry_value(reg, "llm_path_packets_sent_total", **labels)
-        total["busy"] += registry_value(reg, "llm_path_errors_total", **labels, reason="busy")
+        total["sent"] += published_value(reg.checks, "llm_path_packets_sent_total", **labels)
+        total["busy"] += published_value(reg.checks, "llm_path_errors_total", **labels, reason="busy")
     assert total == {"sent": 20, "busy": 30}
 
 
@@ -134,17 +134,17 @@ def test_traceroute_rounds_parallel_and_late(
     assert cfg.paths is not None
     paths = cfg.paths
 
-    def round_of(parallelism: int) -> CollectorRegistry:
-        reg = CollectorRegistry()
-        fams = RouteMetrics.create(reg)
+    def round_of(parallelism: int) -> Exposed:
+        reg = Exposed()
 
         async def one_round() -> None:
             # Each trace: 4 waves of 100 ms (nothing answers) + a 50 ms gap.
-            tracer = Tracer(parallelism, route_interval=1.2, fams=fams, gap=0.05)
+            tracer = Tracer(parallelism, route_interval=1.2, gap=0.05)
             checks = [
-                RouteCheck("lab", t, 1.2, paths.timeout, path.load_table(), tracer, fams)
+                RouteCheck("lab", t, 1.2, paths.timeout, path.load_table(), tracer)
                 for t in paths.carriers["lab"]
             ]
+            reg.add(*checks)
             await asyncio.gather(*(c.run() for c in checks), return_exceptions=True)
             await asyncio.sleep(0.1)
             tracer.close()
@@ -154,13 +154,13 @@ def test_traceroute_rounds_parallel_and_late(
 
     with caplog.at_level(logging.INFO, logger="exporter.route"):
         serial = round_of(1)  # 6 x 0.45 s: late at 1.2 s, done at ~2.7 s
-    assert registry_value(serial, "llm_path_route_rounds_late_total") == 1
-    assert registry_value(serial, "llm_path_route_round_duration_seconds") > 2.4
+    assert published_value(serial.checks, "llm_path_route_rounds_late_total") == 1
+    assert published_value(serial.checks, "llm_path_route_round_duration_seconds") > 2.4
     [late] = [r for r in caplog.records if r.getMessage().startswith("traceroute round not")]
     assert late.levelno == logging.WARNING
     assert late.targets == 6 and late.route_parallelism == 1  # type: ignore[attr-defined]
     assert "raise paths.route_parallelism to" in late.hint  # type: ignore[attr-defined]
 
     parallel = round_of(6)
-    assert registry_value(parallel, "llm_path_route_rounds_late_total") == 0
-    assert registry_value(parallel, "llm_path_route_round_duration_seconds") < 1.2
+    assert published_value(parallel.checks, "llm_path_route_rounds_late_total") == 0
+    assert published_value(parallel.checks, "llm_path_route_round_duration_seconds") < 1.2

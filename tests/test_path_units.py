@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from exporter.checks.path import check as path
 from exporter.checks.path.check import PathCheck, PathError, run_burst
@@ -25,6 +24,7 @@ from exporter.checks.path.routes import OTHER, UNKNOWN, RouteTableError, load_ta
 from exporter.config.load import load_config, parse_config
 from exporter.config.yamlfile import ConfigError
 from tests.support.procs import free_port
+from tests.support.samples import Exposed, find, published
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,25 +249,20 @@ def listeners() -> Iterator[Callable[[str], int]]:
         s.close()
 
 
-def tcp_check(
-    port: int, resolve: path.Resolver | None = None
-) -> tuple[PathCheck, CollectorRegistry]:
+def tcp_check(port: int, resolve: path.Resolver | None = None) -> tuple[PathCheck, Exposed]:
     cfg = parse_config(
         "paths:\n  burst: 5\n  spacing: 5ms\n  timeout: 500ms\n  carriers:\n"
         f"    lab: [{{name: web, host: lab.invalid, region: here, protocol: tcp, port: {port}}}]\n"
     )
     assert cfg.paths is not None
-    reg = CollectorRegistry()
-    fams = path.PathMetrics.create(reg)
     check = PathCheck(
         "lab",
         cfg.paths.carriers["lab"][0],
         cfg.paths,
-        fams,
         path.IcmpAccess(),
         resolve=resolve or (lambda _h: asyncio.sleep(0, "127.0.0.1")),
     )
-    return check, reg
+    return check, Exposed(check)
 
 
 LABELS = {"carrier": "lab", "target": "web", "region": "here", "protocol": "tcp"}
@@ -416,7 +411,7 @@ def test_route_table_key_is_validated(tmp_path: Path) -> None:
     # (check-config and run both build the checks), and names both files and lines.
     config = load_config(cfg_file)
     with pytest.raises(ConfigError) as info:
-        path.build(config, CollectorRegistry())
+        path.build(config)
     [msg] = info.value.messages
     assert msg.startswith(
         f"{cfg_file}: paths.route_table (line 2): {tmp_path / 'routes.yaml'}: networks.x[0] (line 2): bad CIDR"
@@ -456,10 +451,8 @@ def test_rtt_buckets_are_configurable_and_checked() -> None:
         "  carriers: {a: [{name: b, host: 127.0.0.1, region: r}]}\n"
     )
     assert cfg.paths is not None and cfg.paths.rtt_buckets == [0.01, 0.1, 1.0]
-    reg = CollectorRegistry()
-    path.build(cfg, reg)
-    bounds = {s.labels["le"] for m in reg.collect() if m.name == "llm_path_rtt_seconds"
-              for s in m.samples if "le" in s.labels}
+    bounds = {labels["le"] for labels, _ in find(published(path.build(cfg)),
+                                                  "llm_path_rtt_seconds_bucket")}
     assert bounds == {"0.01", "0.1", "1.0", "+Inf"}
     with pytest.raises(ConfigError, match="bucket bounds must be positive and increasing"):
         parse_config(

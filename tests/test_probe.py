@@ -1,6 +1,6 @@
 """The probe check over real loopback HTTP: the simulator as a subprocess for engine faults,
 small in-test servers for what the simulator cannot do (TLS, silence, garbage, no tokens).
-Metrics are read back from a real registry."""
+Metrics are read back from the check's batch, as /metrics renders it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import aiohttp
 import pytest
 import yaml
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from exporter.checks.probe import check as probe
 from exporter.checks.probe.check import EndpointBusy, EndpointGate, ProbeCheck, ProbeFailed
@@ -29,7 +28,7 @@ from exporter.probing.timing import Arrivals, pieces
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler
 from tests.support.procs import free_port
-from tests.support.samples import parse, total
+from tests.support.samples import find, parse, published, total
 from tests.support.simulator import Simulator, running_simulator
 
 MODEL = "simulated-model"
@@ -47,11 +46,11 @@ def healthy(sim: Simulator) -> Simulator:
     return sim
 
 
-def make_probe(url: str, registry: CollectorRegistry | None = None, **over: Any) -> ProbeCheck:
+def make_probe(url: str, **over: Any) -> ProbeCheck:
     entry = {"name": "p", "url": url, "model": MODEL, "max_tokens": 8, "min_spacing": "1ms",
              **over}
     config = parse_config(yaml.safe_dump({"probes": [entry]}))
-    [check] = probe.build(config, registry or CollectorRegistry())
+    [check] = probe.build(config)
     assert isinstance(check, ProbeCheck)
     return check
 
@@ -65,41 +64,35 @@ async def run(check: ProbeCheck) -> str | None:
     return None
 
 
-def value(reg: CollectorRegistry, name: str, check: ProbeCheck, **labels: str) -> float | None:
-    return reg.get_sample_value(name, {**check.series_labels, **labels})
+def value(name: str, check: ProbeCheck, **labels: str) -> float | None:
+    """The sample of exactly these labels (the probe's and ``labels``) in the check's batch."""
+    return published(check).get((name, tuple(sorted({**check.series_labels, **labels}.items()))))
 
 
-async def outcome_of(url: str, **over: Any) -> tuple[str, str | None, CollectorRegistry]:
-    """(outcome counted, failure message) of one probe run."""
-    reg = CollectorRegistry()
-    check = make_probe(url, reg, **over)
+async def outcome_of(url: str, **over: Any) -> tuple[str, str | None, ProbeCheck]:
+    """(outcome counted, failure message, the check) of one probe run."""
+    check = make_probe(url, **over)
     try:
         message = await run(check)
     finally:
         await check.close()
-    counted = [
-        s.labels["outcome"]
-        for fam in reg.collect()
-        if fam.name == "llm_probe_requests"
-        for s in fam.samples
-        if s.name.endswith("_total") and s.value == 1
-    ]
+    counted = [labels["outcome"] for labels, v in find(published(check), "llm_probe_requests_total")
+               if v == 1]
     assert len(counted) == 1, counted
-    return counted[0], message, reg
+    return counted[0], message, check
 
 
 # --- success path and the stream rules against the simulator ------------------------------
 
 
 async def test_ok_probe_records_every_family(healthy: Simulator) -> None:
-    reg = CollectorRegistry()
-    check = make_probe(healthy.url, reg, api_key={"env": "PROBE_TEST_KEY"})
+    check = make_probe(healthy.url, api_key={"env": "PROBE_TEST_KEY"})
     try:
         assert await run(check) is None
         assert await run(check) is None  # within keep-alive: the connection is reused
     finally:
         await check.close()
-    v = lambda name, **kw: value(reg, name, check, **kw)  # noqa: E731
+    v = lambda name, **kw: value(name, check, **kw)  # noqa: E731
     assert check.endpoint == healthy.target
     assert v("llm_probe_requests_total", outcome="ok") == 2
     assert v("llm_probe_requests_total", outcome="http_5xx") == 0  # pre-created
@@ -166,16 +159,15 @@ async def test_reasoning_stream_ttft_and_ttfc(healthy: Simulator) -> None:
 
 async def test_several_tokens_per_chunk_count_from_usage(healthy: Simulator) -> None:
     healthy.faults(tokens_per_chunk=3)
-    reg = CollectorRegistry()
-    check = make_probe(healthy.url, reg, max_tokens=12)
+    check = make_probe(healthy.url, max_tokens=12)
     try:
         assert await run(check) is None
     finally:
         await check.close()
-    assert value(reg, "llm_probe_output_tokens_total", check, source="usage") == 12
+    assert value("llm_probe_output_tokens_total", check, source="usage") == 12
     # 12 tokens in 3-token chunks (the prefill step yields one): a handful of inter-chunk
     # gaps, not the 11 a chunk-per-token count would give.
-    gaps = value(reg, "llm_probe_inter_token_latency_seconds_count", check)
+    gaps = value("llm_probe_inter_token_latency_seconds_count", check)
     assert gaps is not None and 3 <= gaps <= 4
 
 
@@ -188,14 +180,13 @@ async def test_completions_api_and_base_url(healthy: Simulator) -> None:
 
 
 async def test_profiles_nonce_and_prefix_cache(healthy: Simulator) -> None:
-    reg = CollectorRegistry()
     entries = [
         {"name": "long", "url": healthy.url, "model": MODEL, "profile": "long_context",
          "prompt_tokens": 600, "min_spacing": "1ms"},
         {"name": "cached", "url": healthy.url, "model": MODEL, "profile": "cached",
          "prompt_tokens": 600, "min_spacing": "1ms"},
     ]
-    long, cached = probe.build(parse_config(yaml.safe_dump({"probes": entries})), reg)
+    long, cached = probe.build(parse_config(yaml.safe_dump({"probes": entries})))
     assert isinstance(long, ProbeCheck) and isinstance(cached, ProbeCheck)
     first, second = long.request(), long.request()
     assert first.prompt[:20] != second.prompt[:20]  # a fresh nonce in front every time
@@ -209,11 +200,11 @@ async def test_profiles_nonce_and_prefix_cache(healthy: Simulator) -> None:
     finally:
         await long.close()
         await cached.close()
-    prompt = value(reg, "llm_probe_prompt_tokens_total", long)
+    prompt = value("llm_probe_prompt_tokens_total", long)
     assert prompt is not None and 2 * 480 <= prompt <= 2 * 720  # about 600 per request
-    assert value(reg, "llm_probe_output_tokens_total", long, source="usage") == 2
-    assert value(reg, "llm_probe_cached_prompt_tokens_total", long) == 0
-    hits = value(reg, "llm_probe_cached_prompt_tokens_total", cached)
+    assert value("llm_probe_output_tokens_total", long, source="usage") == 2
+    assert value("llm_probe_cached_prompt_tokens_total", long) == 0
+    hits = value("llm_probe_cached_prompt_tokens_total", cached)
     assert hits is not None and hits >= 400  # the second cached probe hit the fixed prefix
 
 
@@ -242,11 +233,11 @@ async def test_simulator_fault_outcomes(
 ) -> None:
     sim.faults(**faults)
     started = time.monotonic()
-    outcome, message, reg = await outcome_of(sim.url, **over)
+    outcome, message, check = await outcome_of(sim.url, **over)
     elapsed = time.monotonic() - started
     assert outcome == expected, message
     assert message is not None and message.startswith(expected)
-    assert value(reg, "llm_probe_time_to_first_token_seconds_count", make_probe(sim.url)) is None
+    assert value("llm_probe_time_to_first_token_seconds_count", check) is None
     if expected.startswith("timeout"):
         limit = 0.7 if expected == "timeout_first_token" else 1.5
         assert limit <= elapsed < limit + 0.5  # cut at its own deadline, not the scheduler's
@@ -380,8 +371,7 @@ async def test_tls_phases_auth_header_and_private_ca(
     # phase and not in TTFT.
     ctx.sni_callback = lambda *_: time.sleep(0.3)
     port = await serve(handler, ssl_context=ctx, host="localhost")
-    reg = CollectorRegistry()
-    check = make_probe(f"https://localhost:{port}", reg, ca_file=str(cert),
+    check = make_probe(f"https://localhost:{port}", ca_file=str(cert),
                        api_key={"env": "PROBE_TEST_KEY"})
     try:
         assert await run(check) is None
@@ -392,11 +382,11 @@ async def test_tls_phases_auth_header_and_private_ca(
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 8 and body["messages"][0]["role"] == "user"
     phases = {
-        p: value(reg, "llm_probe_phase_seconds_sum", check, phase=p, connection="new")
+        p: value("llm_probe_phase_seconds_sum", check, phase=p, connection="new")
         for p in ("dns", "connect", "tls", "request_sent", "first_byte")
     }
     assert all(v is not None and v >= 0 for v in phases.values()), phases
-    ttft = value(reg, "llm_probe_time_to_first_token_seconds_sum", check)
+    ttft = value("llm_probe_time_to_first_token_seconds_sum", check)
     assert phases["tls"] is not None and phases["tls"] >= 0.3
     # The server's 50 ms before the first token is in TTFT; the 300 ms handshake is not.
     assert ttft is not None and 0.05 <= ttft < 0.3
@@ -460,7 +450,7 @@ def test_probes_sharing_an_endpoint_share_the_strictest_gate() -> None:
         {"name": "c", "url": "http://127.0.0.1:10/v1/completions", "model": "m",
          "api": "completions"},
     ]}))
-    a, b, c = probe.build(config, CollectorRegistry())
+    a, b, c = probe.build(config)
     assert isinstance(a, ProbeCheck) and isinstance(b, ProbeCheck) and isinstance(c, ProbeCheck)
     assert a.gate is b.gate and a.gate is not c.gate
     assert (a.gate.max_concurrency, a.gate.min_spacing) == (1, 2.0)
@@ -472,14 +462,13 @@ async def test_failures_are_logged_without_prompt_key_or_body(
     sim: Simulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     sim.faults(stream_error_rate=1.0, mid_stream_after=2)
-    reg = CollectorRegistry()
-    check = make_probe(sim.url, reg, api_key={"env": "PROBE_TEST_KEY"})
-    scheduler = Scheduler([check], reg)
+    check = make_probe(sim.url, api_key={"env": "PROBE_TEST_KEY"})
+    scheduler = Scheduler([check])
     spec = check.request()
     with caplog.at_level(logging.DEBUG):
         assert await scheduler.run_once(check) == "error"  # the scheduler counts it too
     await check.close()
-    assert value(reg, "llm_probe_requests_total", check, outcome="stream_error") == 1
+    assert value("llm_probe_requests_total", check, outcome="stream_error") == 1
     text = caplog.text + scheduler.state[check.name].last_error
     assert "stream_error" in text
     assert "sk-probe-secret-123" not in text
@@ -543,7 +532,7 @@ def test_docs_example_config_parses(monkeypatch: pytest.MonkeyPatch) -> None:
     example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
     monkeypatch.setenv("LLM_API_KEY", "sk-doc")
     config = parse_config(example, "docs/probes.md")
-    checks = probe.build(config, CollectorRegistry())
+    checks = probe.build(config)
     assert [c.name for c in checks] == ["probe/chat", "probe/prefill-32k", "probe/prefix-cache"]
     chat, prefill, cached = checks
     assert isinstance(chat, ProbeCheck) and isinstance(prefill, ProbeCheck)

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import aiohttp
 import pytest
-from prometheus_client import CollectorRegistry
 
 from exporter import checks as checks_pkg
 from exporter.checks import Check
@@ -19,7 +18,7 @@ from exporter.config.models import Config
 from exporter.runtime.app import App
 from exporter.runtime.scheduler import Scheduler
 from tests.support.procs import free_port
-from tests.support.samples import series
+from tests.support.samples import parse, series, value
 
 
 class Counting(Check):
@@ -68,7 +67,7 @@ def test_checks() -> Iterator[Callable[[list[Check]], None]]:
     """Register a factory in the real registry; removed afterwards."""
 
     def install(items: list[Check]) -> None:
-        checks_pkg.FACTORIES["test"] = lambda _cfg, _reg: items
+        checks_pkg.FACTORIES["test"] = lambda _cfg: items
 
     yield install
     checks_pkg.FACTORIES.pop("test", None)
@@ -138,21 +137,23 @@ async def test_a_held_run_is_skipped_and_keeps_the_failing_state(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     held = Held("held", interval=0.1)
-    registry = CollectorRegistry()
-    sched = Scheduler([held], registry)
+    sched = Scheduler([held])
     outcomes = [await sched.run_once(held) for _ in range(4)]
     assert outcomes == ["error", "skipped", "skipped", "error"]
     state = sched.state[held.name]
     assert state.failing and state.last_outcome == "error" and state.last_error == "HTTP 429"
     said = [r.getMessage() for r in caplog.records if r.name == "exporter.runtime.scheduler"]
     assert said == ["check failing"], "no failing/recovered flapping while held"
-    assert registry.get_sample_value("llm_exporter_check_last_success_timestamp_seconds",
-                                     {"check": held.name}) is None
+    published = parse(sched.store.text(False).decode())
+    assert value(published, "llm_exporter_check_last_success_timestamp_seconds",
+                 check=held.name) is None
+    assert value(published, "llm_exporter_check_runs_total", check=held.name,
+                 outcome="skipped") == 2, "a held run is published too"
 
 
 async def test_stubborn_run_is_never_overlapped() -> None:
     stubborn = Stubborn("stubborn", interval=0.1, timeout=0.2)
-    sched = Scheduler([stubborn], CollectorRegistry())
+    sched = Scheduler([stubborn])
     outcomes = [await sched.run_once(stubborn) for _ in range(3)]
     # The first run ignored its cancellation and is still going: the next ones are skipped.
     assert outcomes == ["timeout", "skipped", "skipped"]
@@ -165,7 +166,7 @@ async def test_stubborn_run_is_never_overlapped() -> None:
 
 async def test_state_changes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     flaky = Counting("flaky", interval=1)
-    sched = Scheduler([flaky], CollectorRegistry())
+    sched = Scheduler([flaky])
     caplog.set_level("INFO", logger="exporter.runtime.scheduler")
 
     async def fail() -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from prometheus_client import CollectorRegistry
-
 from exporter.checks.base import Check, Factory
 from exporter.config.models import Config
 
@@ -31,10 +29,10 @@ def _discover() -> dict[str, Factory]:
 FACTORIES: dict[str, Factory] = _discover()
 
 
-def build_checks(config: Config, registry: CollectorRegistry) -> list[Check]:
+def build_checks(config: Config) -> list[Check]:
     checks: list[Check] = []
     for factory in FACTORIES.values():
-        checks.extend(factory(config, registry))
+        checks.extend(factory(config))
     return checks
 
 

@@ -1,24 +1,19 @@
 """What every check is: a named thing the scheduler runs on an interval.
 
-A check's ``run()`` updates its own metrics, returns nothing, and raises on failure; the
-scheduler records outcome and duration (node_exporter's ``Update`` contract). Anything that
-blocks runs in a worker thread, never on the event loop.
+A check's ``run()`` measures, updates the state it keeps, returns nothing and raises on
+failure; when a run ends, whatever its outcome, the scheduler takes the check's ``batch()``
+(every series it owns now, ``exporter/checks/batch.py``) and records outcome and duration
+(node_exporter's ``Update(ch)`` contract). A check never renders or registers metrics: the
+runtime does. Anything that blocks runs in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.metrics import MetricWrapperBase
-
+from exporter.checks.batch import Batch
 from exporter.config.models import Config
-from exporter.metrics import Family
-
-#: One series a check owns: its family in the schema, the prometheus_client object of that
-#: family, and the series' label values.
-Series = tuple[Family, MetricWrapperBase, tuple[str, ...]]
 
 
 class RunSkipped(Exception):
@@ -47,10 +42,10 @@ class Check(ABC):
         """One line for check-config and the index page (no secrets)."""
         return ""
 
-    def series(self) -> Iterable[Series]:
-        """Every series of this check that exists now, where its families' series all
-        belong to one check each (path checks: thousands of targets). The scheduler renders
-        them to text when a run ends, so a scrape need not (runtime/exposition.py)."""
+    def batch(self) -> Batch:
+        """Every series this check owns now, as one immutable batch; called when each run
+        ends (whatever its outcome) and once before the first. A series belongs to one
+        check only: several targets of one family each publish their own label sets."""
         return ()
 
     async def close(self) -> None:
@@ -58,6 +53,5 @@ class Check(ABC):
         return None  # most checks hold nothing between runs
 
 
-#: Builds a section's checks from the config, creating their metric families on ``registry``
-#: once (so several targets share one family). An absent section yields no checks.
-Factory = Callable[[Config, CollectorRegistry], list[Check]]
+#: Builds a section's checks from the config; an absent section yields no checks.
+Factory = Callable[[Config], list[Check]]

@@ -1,9 +1,9 @@
 """Wires config -> checks -> scheduler -> HTTP server, and handles signals.
 
-A *generation* is one config with its checks, scheduler and metric registry. SIGHUP builds
-a new generation from the re-read file and swaps it in only if it is valid; the HTTP server
-and the exporter-level metrics (build info, reload outcome, peak windows) live across
-generations.
+A *generation* is one config with its checks and scheduler (whose store holds the batches
+the checks publish, so a retired check's series go with it). SIGHUP builds a new generation
+from the re-read file and swaps it in only if it is valid; the HTTP server and the
+exporter-level metrics (build info, reload outcome, peak windows) live across generations.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import platform
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -28,9 +28,6 @@ from prometheus_client import (
     CollectorRegistry,
     disable_created_metrics,
 )
-from prometheus_client.core import Metric
-from prometheus_client.metrics import MetricWrapperBase
-from prometheus_client.registry import Collector
 
 from exporter import __version__, metrics
 from exporter.checks import Check, build_checks
@@ -38,13 +35,13 @@ from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.web import Web, load_web_config
 from exporter.config.yamlfile import ConfigError
-from exporter.diagnosis.families import COLLECTED
+from exporter.diagnosis.families import KINDS, raw_samples
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.trends import Point
 from exporter.runtime.auth import Guard
 from exporter.runtime.evaluator import Evaluate, Evaluator, chain_evaluator
-from exporter.runtime.exposition import TrackedRegistry, render
+from exporter.runtime.exposition import render
 from exporter.runtime.listener import Gate, GatedSite, Limits, connection_cap, make_runner
 from exporter.runtime.logs import setup_logging
 from exporter.runtime.peak import PeakWindowCollector
@@ -70,36 +67,11 @@ SHUTDOWN_BUDGET = 5.0
 @dataclass
 class Generation:
     config: Config
-    registry: TrackedRegistry
     scheduler: Scheduler
-
-    def windowed(self) -> Iterator[Metric]:
-        """What the diagnosis windows read: every collector but the prometheus_client
-        families it does not keep (at 1000 path targets, half the samples: the per-check
-        duration histograms, error counters, ...)."""
-        for c in self.registry.collectors:
-            if not isinstance(c, MetricWrapperBase) or next(iter(c.describe())).name in COLLECTED:
-                yield from c.collect()
-
-    def live(self, prepared: set[MetricWrapperBase]) -> list[Collector]:
-        """The collectors a scrape renders now: those not among the ``prepared`` families."""
-        return [c for c in self.registry.collectors if c not in prepared]
-
-
-class _Delegate(Collector):
-    """Renders whichever generation registry is current."""
-
-    def __init__(self, current: Callable[[], CollectorRegistry]) -> None:
-        self._current = current
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self._current().collect()
 
 
 def build_generation(config: Config) -> Generation:
-    registry = TrackedRegistry()
-    checks = build_checks(config, registry)
-    return Generation(config, registry, Scheduler(checks, registry))
+    return Generation(config, Scheduler(build_checks(config)))
 
 
 class App:
@@ -124,8 +96,8 @@ class App:
             config.server.max_connections, len(self.gen.scheduler.checks))
         self._gate: Gate | None = None
         self._guard = Guard(lambda: self.web)
-        self._root = TrackedRegistry()
-        self.registry: CollectorRegistry = self._root
+        # The exporter's own families; the checks' come from the scheduler's store.
+        self.registry = CollectorRegistry(auto_describe=False)
         # process_* (CPU, RSS, open fds) and python_* as every exporter serves them.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(collector)
@@ -139,15 +111,14 @@ class App:
         self._last_reload_ok.set(1)
         peak = PeakWindowCollector(lambda: self.gen.config.peak_windows, clock)
         self.registry.register(peak)
-        self._delegate = _Delegate(lambda: self.gen.registry)
-        self.registry.register(self._delegate)
         # One thread renders /metrics, so scrapes never run on the event loop nor pile up.
         self._render_pool = ThreadPoolExecutor(1, thread_name_prefix="metrics")
         self.evaluator = Evaluator(
             self.registry,
             lambda: self.gen.config,
             # The current generation's checks and the peak gauge: what the chain reads.
-            lambda: itertools.chain(self.gen.windowed(), peak.collect()),
+            lambda: itertools.chain(
+                self.gen.scheduler.store.raw(KINDS), raw_samples(peak.collect())),
             chain_evaluator if evaluate is None else (lambda _config: evaluate),
         )
         self._started = time.monotonic()
@@ -173,15 +144,10 @@ class App:
 
     async def metrics_body(self, openmetrics: bool, gzipped: bool = False) -> bytes:
         """The /metrics exposition, rendered (and gzipped) on the render thread."""
-        gen = self.gen
-        # One snapshot of the prepared families decides both halves: a family a check's
-        # first success prepares while this scrape renders is then served live, not twice.
-        prepared = gen.scheduler.prepared.parents
-        live = [c for c in self._root.collectors if c is not self._delegate] + gen.live(prepared)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._render_pool, render, live, gen.scheduler.prepared, openmetrics, gzipped,
-            prepared,
+            self._render_pool, render, self.registry, self.gen.scheduler.store, openmetrics,
+            gzipped,
         )
 
     @property

@@ -1,15 +1,14 @@
-"""The embedded diagnosis: every ``diagnosis.interval``, snapshot the registry, evaluate the
+"""The embedded diagnosis: every ``diagnosis.interval``, take the samples, evaluate the
 decision chain over the windows, keep the ``Diagnosis`` to show (a new primary verdict once
 it held for ``diagnosis.confirm`` evaluations, ``diagnosis/stability.py``) and export it.
 What the chain read (the ``Observations``) and the last hour of points (``trends.py``) are
 kept beside it for the ``/`` page.
 
 The whole evaluation (collecting the samples, the window math, the chain) runs on a worker
-thread, so neither /metrics nor a check waits on it: collecting is safe there because
-prometheus_client's metric objects lock their values and the checks' own collectors read
-snapshots they replace whole (the engine views, the NVML snapshot). Pure Python still holds
-the GIL, so the loop may wait up to one switch interval (1 ms, set in app.py) at a time while
-it runs; the cost per evaluation is in docs/diagnosis.md.
+thread, so neither /metrics nor a check waits on it: collecting is safe there because the
+samples come from the immutable batches the checks published (``runtime/exposition.py``).
+Pure Python still holds the GIL, so the loop may wait up to one switch interval (1 ms, set in
+app.py) at a time while it runs; the cost per evaluation is in docs/diagnosis.md.
 An evaluation that raises is logged once (until one succeeds again), counted in
 ``llm_diagnosis_evaluation_errors_total`` and skipped; the exporter carries on.
 
@@ -33,7 +32,7 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.diagnosis import chain
 from exporter.diagnosis.embedded import observe
-from exporter.diagnosis.families import raw_samples
+from exporter.diagnosis.families import RawSample
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.stability import Hold
@@ -74,7 +73,7 @@ class Evaluator:
         self,
         registry: CollectorRegistry,
         config: Callable[[], Config],
-        collect: Callable[[], Iterable[object]],
+        collect: Callable[[], Iterable[RawSample]],
         evaluate_for: Callable[[Config], Evaluate] = chain_evaluator,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -156,7 +155,7 @@ class Evaluator:
     def _step(
         self, history: History, trends: Trends, config: Config, evaluate: Evaluate
     ) -> tuple[Diagnosis, Observations, tuple[Point, ...]]:
-        samples = raw_samples(self._collect())
+        samples = self._collect()
         # The snapshot's time is taken once its values are: nothing in it is newer, which is
         # what aligning a probe to an engine's scrape relies on (alignment.py).
         now = self._clock()

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import math
 import random
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry
-
 from exporter import metrics, redact
-from exporter.checks.base import Check, RunSkipped, Series
-from exporter.runtime.exposition import Prepared
+from exporter.checks.base import Check, RunSkipped
+from exporter.checks.batch import Ledger
+from exporter.runtime.exposition import Store
 
 log = logging.getLogger("exporter.runtime.scheduler")
 
@@ -43,41 +40,36 @@ class CheckState:
 
 
 class Scheduler:
+    """Runs the checks and, whenever a run ends, publishes the check's batch together with
+    its ``llm_exporter_check_*`` series into ``store`` (what /metrics and the diagnosis read)."""
+
     def __init__(
         self,
         checks: list[Check],
-        registry: CollectorRegistry,
         rng: random.Random | None = None,
-        prepared: Prepared | None = None,
+        store: Store | None = None,
     ) -> None:
         self.checks = checks
-        self.prepared = prepared or Prepared()
+        self.store = store if store is not None else Store()
         self.state = {c.name: CheckState() for c in checks}
         self._rng = rng or random.Random()
         self._tasks: list[asyncio.Task[None]] = []
-        self._runs = metrics.EXPORTER_CHECK_RUNS.counter(registry)
-        self._duration = metrics.EXPORTER_CHECK_DURATION.histogram(registry)
-        self._last_success = metrics.EXPORTER_CHECK_LAST_SUCCESS.gauge(registry)
+        self._own: dict[str, Ledger] = {}
         for check in checks:
+            own = self._own[check.name] = Ledger()
             # Pre-create the series so a rate() over them works from the first failure on.
             for outcome in metrics.CHECK_OUTCOMES:
-                self._runs.labels(check.name, outcome)
-            self._duration.labels(check.name)
-        self._succeeded: set[str] = set()
-        for check in checks:
-            self._prepare(check)
+                own.counter(metrics.EXPORTER_CHECK_RUNS, (check.name, outcome))
+            own.histogram(metrics.EXPORTER_CHECK_DURATION, (check.name,))
+            self._publish(check)
 
-    def _prepare(self, check: Check) -> None:
-        """Render the series of ``check`` and of its runs for /metrics, which change only
-        while it runs (exposition.py)."""
-        self.prepared.update(check.name, itertools.chain(check.series(), self._series(check)))
-
-    def _series(self, check: Check) -> Iterator[Series]:
-        for outcome in metrics.CHECK_OUTCOMES:
-            yield metrics.EXPORTER_CHECK_RUNS, self._runs, (check.name, outcome)
-        yield metrics.EXPORTER_CHECK_DURATION, self._duration, (check.name,)
-        if check.name in self._succeeded:
-            yield metrics.EXPORTER_CHECK_LAST_SUCCESS, self._last_success, (check.name,)
+    def _publish(self, check: Check) -> None:
+        try:
+            batch = check.batch()
+        except Exception as exc:  # a check's bug must not stop its loop: its series go
+            log.error("check batch failed", extra={"check": check.name, "error": str(exc)})
+            batch = ()
+        self.store.publish(check.name, batch + self._own[check.name].batch())
 
     @property
     def all_ran(self) -> bool:
@@ -156,12 +148,13 @@ class Scheduler:
         state = self.state[check.name]
         state.runs += 1
         state.last_run_at = time.time()
-        self._runs.labels(check.name, outcome).inc()
-        self._duration.labels(check.name).observe(elapsed)
+        own, labels = self._own[check.name], (check.name,)
+        own.counter(metrics.EXPORTER_CHECK_RUNS, (*labels, outcome)).inc()
+        own.histogram(metrics.EXPORTER_CHECK_DURATION, labels).observe(elapsed)
         if held:
             # Nothing was measured: the last real outcome (and its error) is still the news,
             # and a check held between failures must not flap failing/recovered in the log.
-            self._prepare(check)
+            self._publish(check)
             return outcome
         state.last_outcome = outcome
         state.last_duration = elapsed
@@ -175,12 +168,11 @@ class Scheduler:
         elif not failing:
             # Stamped with the run's start, as Prometheus stamps a scrape: what the run read
             # is no older than that (the diagnosis aligns probes to an engine's, alignment.py).
-            self._last_success.labels(check.name).set(state.last_run_at - elapsed)
-            self._succeeded.add(check.name)
+            own.gauge(metrics.EXPORTER_CHECK_LAST_SUCCESS, labels).set(state.last_run_at - elapsed)
             if state.failing:
                 log.info("check recovered", extra={"check": check.name})
         state.failing = failing
-        self._prepare(check)
+        self._publish(check)
         return outcome
 
 

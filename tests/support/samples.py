@@ -1,10 +1,12 @@
 """Reading metric samples back, one way for every test: exposition text goes through
-prometheus_client's own parser, a registry through ``get_sample_value``.
+prometheus_client's own parser, a check's batch as the exporter renders it.
 
 * :func:`parse` -- exposition text -> ``{(sample name, sorted labels): value}``;
   :func:`find`, :func:`value`, :func:`total` and :func:`series` select from it (each takes
   the text or the parsed dict), labels given as keywords match a subset of a sample's labels.
-* :func:`registry_value` -- one sample of a ``CollectorRegistry`` that must be there.
+* :func:`published` -- the samples of checks' batches, rendered by the exporter's store and
+  parsed back; :func:`published_value` -- one of them that must be there; :class:`Exposed`
+  -- the same, read by exact label set (``get_sample_value``) as checks are added.
 * :data:`SampleKey` / :func:`key` -- the bucket-exact form the engine oracle compares in (``le``
   as a float, so "1" and "1.0" are one bucket), with :func:`exposed_samples` (an exporter's
   /metrics body) and :func:`snapshot_samples` (a parsed engine snapshot) producing it.
@@ -12,10 +14,13 @@ prometheus_client's own parser, a registry through ``get_sample_value``.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+from collections.abc import Iterable
+
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.checks.base import Check
 from exporter.checks.engine.parse import HistogramValue, Snapshot
+from exporter.runtime.exposition import Store
 
 Labels = tuple[tuple[str, str], ...]
 #: (sample name, sorted labels) -> value
@@ -64,11 +69,36 @@ def series(data: str | Samples, name: str, /) -> dict[Labels, float]:
     return {lab: v for (sample, lab), v in _parsed(data).items() if sample == name}
 
 
-def registry_value(registry: CollectorRegistry, name: str, /, **labels: str) -> float:
-    """One sample of ``registry``, which must be there."""
-    found = registry.get_sample_value(name, labels)
+def published(checks: Check | Iterable[Check]) -> Samples:
+    """Every sample of the checks' batches now, as /metrics renders them."""
+    store = Store()
+    for i, check in enumerate([checks] if isinstance(checks, Check) else checks):
+        store.publish(f"{i}:{check.name}", check.batch())
+    return parse(store.text(False).decode())
+
+
+def published_value(checks: Check | Iterable[Check], name: str, /, **labels: str) -> float:
+    """One sample of the checks' batches, which must be there."""
+    found = value(published(checks), name, **labels)
     assert found is not None, f"{name}{labels} is absent"
     return found
+
+
+class Exposed:
+    """The batches of the checks added so far, as /metrics renders them, read back now."""
+
+    def __init__(self, *checks: Check) -> None:
+        self.checks = list(checks)
+
+    def add(self, *checks: Check) -> None:
+        self.checks.extend(checks)
+
+    def samples(self) -> Samples:
+        return published(self.checks)
+
+    def get_sample_value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        """The sample of exactly ``labels``, or None when there is none."""
+        return self.samples().get((name, tuple(sorted((labels or {}).items()))))
 
 
 # --- the engine oracle's form ----------------------------------------------------------------

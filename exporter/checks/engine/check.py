@@ -2,10 +2,10 @@
 
 Each target (``engines:`` entry) is scraped over aiohttp with a total timeout and a body-size
 cap, parsed by ``exporter.checks.engine.parse`` against the mapping table, and kept as an
-immutable snapshot. A custom collector renders the last successful snapshot of every
-target at /metrics time, so values are the engine's own (counter resets pass through as
-resets, histograms keep the engine's buckets) and a target that goes down loses its data
-series while ``llm_engine_up{target}`` stays, at 0.
+immutable snapshot. The check's batch carries the last successful snapshot's samples as
+they are, so values are the engine's own (counter resets pass through as resets,
+histograms keep the engine's buckets) and a target that goes down loses its data series
+while ``llm_engine_up{target}`` stays, at 0.
 
 Failures raise ``ScrapeError`` after updating the metrics; the scheduler logs the failing
 and recovered transitions once each, with the reason (never the body or the token).
@@ -18,19 +18,15 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
 
 from exporter import __version__, metrics, redact
 from exporter.checks.base import Check
+from exporter.checks.batch import Batch, Buckets, Ledger, Sample
 from exporter.checks.engine.parse import (
     HistogramValue,
     ParseError,
@@ -42,7 +38,6 @@ from exporter.checks.engine.parse import (
 )
 from exporter.checks.engine.table import SOURCES
 from exporter.config.models import Config, EngineConfig
-from exporter.metrics import Kind
 
 log = logging.getLogger("exporter.engine")
 
@@ -75,91 +70,32 @@ class ScrapeError(Exception):
         self.reason = reason
 
 
+def view_samples(target: str, family: str, version: str, snapshot: Snapshot) -> Batch:
+    """What /metrics shows of one target that is up: its info series and every normalized
+    data series of its last successful scrape, in table order."""
+    out: list[Sample] = [
+        (metrics.ENGINE_INFO, (target, family, version), 1.0)
+    ]
+    for fam in DATA_FAMILIES:
+        for key, value in snapshot.series.get(fam, {}).items():
+            labels = (target, snapshot.engine, *key)
+            if isinstance(value, HistogramValue):
+                pairs = value.sorted_buckets()
+                out.append((fam, labels, Buckets(
+                    tuple(le for le, _ in pairs), tuple(n for _, n in pairs),
+                    value.sum, value.count,
+                )))
+            else:
+                out.append((fam, labels, value))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class TargetView:
-    """What /metrics shows for one target that is up."""
+    """One successful scrape of a target: its snapshot and the samples it publishes."""
 
-    family: str
-    version: str
     snapshot: Snapshot
-
-
-class EngineCollector(Collector):
-    """Yields the normalized families from the last successful scrape of every target."""
-
-    def __init__(self) -> None:
-        self._views: dict[str, TargetView] = {}
-
-    def set(self, target: str, view: TargetView | None) -> None:
-        if view is None:
-            self._views.pop(target, None)
-        else:
-            self._views[target] = view
-
-    def collect(self) -> Iterator[Metric]:
-        views = list(self._views.items())
-        if not views:
-            return
-        info = metrics.ENGINE_INFO.gauge_family()
-        for target, view in views:
-            info.add_metric([target, view.family, view.version], 1.0)
-        yield info
-        for family in DATA_FAMILIES:
-            rows = [
-                ([target, view.snapshot.engine, *key], value)
-                for target, view in views
-                for key, value in view.snapshot.series.get(family, {}).items()
-            ]
-            if not rows:
-                continue
-            if family.kind is Kind.HISTOGRAM:
-                hist = family.histogram_family()
-                for labels, value in rows:
-                    assert isinstance(value, HistogramValue)
-                    _add_histogram(hist, family, labels, value)
-                yield hist
-            else:
-                out = (
-                    family.counter_family()
-                    if family.kind is Kind.COUNTER
-                    else family.gauge_family()
-                )
-                for labels, value in rows:
-                    assert isinstance(value, float)
-                    out.add_metric(labels, value)
-                yield out
-
-
-def _add_histogram(
-    out: Metric, family: metrics.Family, values: list[str], hist: HistogramValue
-) -> None:
-    # HistogramMetricFamily.add_metric derives _count from the last bucket and drops it when
-    # _sum is unknown; writing the samples keeps exactly what the engine reported.
-    labels = dict(zip(family.labels, values, strict=True))
-    for le, count in hist.sorted_buckets():
-        out.samples.append(Sample(family.name + "_bucket", {**labels, "le": _le_text(le)}, count))
-    if hist.count is not None:
-        out.samples.append(Sample(family.name + "_count", labels, hist.count))
-    if hist.sum is not None:
-        out.samples.append(Sample(family.name + "_sum", labels, hist.sum))
-
-
-def _le_text(le: float) -> str:
-    """Go's float formatting, as Prometheus writes ``le`` ("1" not "1.0", "+Inf")."""
-    text: str = floatToGoString(le)  # type: ignore[no-untyped-call]
-    return text
-
-
-class EngineMetrics:
-    """The engine families on one registry, shared by every engine target."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.up: Gauge = metrics.ENGINE_UP.gauge(registry)
-        self.duration: Gauge = metrics.ENGINE_SCRAPE_DURATION.gauge(registry)
-        self.errors: Counter = metrics.ENGINE_SCRAPE_ERRORS.counter(registry)
-        self.dropped: Counter = metrics.ENGINE_DROPPED_SERIES.counter(registry)
-        self.collector = EngineCollector()
-        registry.register(self.collector)
+    samples: Batch
 
 
 def _base_url(url: str) -> str:
@@ -189,13 +125,11 @@ class EngineCheck(Check):
     def __init__(
         self,
         config: EngineConfig,
-        shared: EngineMetrics,
         max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         super().__init__(config.name, config.interval, config.timeout + TIMEOUT_GRACE)
         self.config = config
         self.max_body_bytes = max_body_bytes
-        self._shared = shared
         self._url = config.url
         self._detected: str | None = None
         self._kept: Mapping[str, tuple[str, ...]] = {}
@@ -208,10 +142,12 @@ class EngineCheck(Check):
         if config.bearer_token is not None:
             headers["Authorization"] = f"Bearer {config.bearer_token.value()}"
         self._headers = headers
+        self._own = own = Ledger()
+        self._view: TargetView | None = None  # the last successful scrape while up
         for reason in metrics.ENGINE_SCRAPE_ERROR_REASONS:
-            shared.errors.labels(self.target, reason)
+            own.counter(metrics.ENGINE_SCRAPE_ERRORS, (self.target, reason))
         for reason in metrics.ENGINE_DROP_REASONS:
-            shared.dropped.labels(self.target, reason)
+            own.counter(metrics.ENGINE_DROPPED_SERIES, (self.target, reason))
 
     def describe(self) -> str:
         family = self.config.type or self._detected or "auto-detect"
@@ -236,8 +172,11 @@ class EngineCheck(Check):
             raise
         self._up(view, time.monotonic() - started)
 
+    def batch(self) -> Batch:
+        mine = self._own.batch()
+        return mine + self._view.samples if self._view is not None else mine
+
     async def close(self) -> None:
-        self._shared.collector.set(self.target, None)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -262,7 +201,7 @@ class EngineCheck(Check):
             )
             self._detected = snapshot.engine
         version = await self._engine_version(snapshot.engine, deadline)
-        return TargetView(snapshot.engine, version, snapshot)
+        return TargetView(snapshot, view_samples(self.target, snapshot.engine, version, snapshot))
 
     async def _try_trtllm_prometheus(
         self, deadline: float, body: bytes
@@ -381,13 +320,13 @@ class EngineCheck(Check):
 
     # --- outcome ------------------------------------------------------------------------
     def _up(self, view: TargetView, elapsed: float) -> None:
-        shared = self._shared
-        shared.collector.set(self.target, view)
-        shared.up.labels(self.target).set(1)
-        shared.duration.labels(self.target).set(elapsed)
+        own, target = self._own, (self.target,)
+        self._view = view
+        own.gauge(metrics.ENGINE_UP, target).set(1)
+        own.gauge(metrics.ENGINE_SCRAPE_DURATION, target).set(elapsed)
         dropped = view.snapshot.dropped
         for reason, count in dropped.items():
-            shared.dropped.labels(self.target, reason).inc(count)
+            own.counter(metrics.ENGINE_DROPPED_SERIES, (*target, reason)).inc(count)
         reasons = frozenset(r for r, n in dropped.items() if n)
         if reasons - self._dropping:
             log.warning(
@@ -399,11 +338,11 @@ class EngineCheck(Check):
         self._kept = view.snapshot.kept
 
     def _down(self, reason: str, elapsed: float) -> None:
-        shared = self._shared
-        shared.collector.set(self.target, None)
-        shared.up.labels(self.target).set(0)
-        shared.duration.labels(self.target).set(elapsed)
-        shared.errors.labels(self.target, reason).inc()
+        own, target = self._own, (self.target,)
+        self._view = None
+        own.gauge(metrics.ENGINE_UP, target).set(0)
+        own.gauge(metrics.ENGINE_SCRAPE_DURATION, target).set(elapsed)
+        own.counter(metrics.ENGINE_SCRAPE_ERRORS, (*target, reason)).inc()
         # The engine may come back as a different build: ask for its version again.
         self._version = None
 
@@ -420,9 +359,6 @@ def _connection_detail(exc: aiohttp.ClientError) -> str:
 SECTION = "engines"
 
 
-def build(config: Config, registry: CollectorRegistry) -> list[Check]:
-    """One check per ``engines:`` entry, sharing one set of families on ``registry``."""
-    if not config.engines:
-        return []
-    shared = EngineMetrics(registry)
-    return [EngineCheck(engine, shared) for engine in config.engines]
+def build(config: Config) -> list[Check]:
+    """One check per ``engines:`` entry."""
+    return [EngineCheck(engine) for engine in config.engines]

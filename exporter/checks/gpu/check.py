@@ -1,9 +1,9 @@
 """GPU check: NVML telemetry per GPU (utilization, memory, power, bandwidth, errors).
 
 The blocking NVML work lives in exporter/checks/gpu/sampler.py and runs on one dedicated
-worker thread. Each run publishes a snapshot; a custom collector renders the latest one at
-scrape time, so a value NVML did not give is simply not yielded (absent, not 0) and a scrape
-never touches NVML. Failing to load NVML is not a check failure: llm_gpu_nvml_up says so and
+worker thread. Each tick publishes a snapshot whole, and the check's batch is the samples of
+the latest one, so a value NVML did not give is simply not there (absent, not 0) and a
+scrape never touches NVML. Failing to load NVML is not a check failure: llm_gpu_nvml_up says so and
 the exporter and its other checks carry on.
 """
 
@@ -16,16 +16,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from exporter import metrics
 from exporter.checks.base import Check
+from exporter.checks.batch import Batch, Sample
 from exporter.checks.gpu.sampler import NvmlSampler
 from exporter.checks.gpu.snapshot import GpuReading, Snapshot
 from exporter.config.models import Config, GpuConfig
-from exporter.metrics import Family, Kind
+from exporter.metrics import Family
 
 T = TypeVar("T")
 
@@ -55,73 +52,41 @@ PLAIN_FAMILIES: tuple[Family, ...] = (
 )
 
 
-def _family(fam: Family) -> GaugeMetricFamily | CounterMetricFamily:
-    return fam.counter_family() if fam.kind is Kind.COUNTER else fam.gauge_family()
+def gpu_samples(snap: Snapshot | None) -> Batch:
+    """The samples of one NVML snapshot; none before the first tick."""
+    return () if snap is None else tuple(_samples(snap))
 
 
-class GpuCollector(Collector):
-    """Renders the sampler's latest snapshot; yields nothing before the first tick."""
-
-    def __init__(self, snapshot: Callable[[], Snapshot | None]) -> None:
-        self._snapshot = snapshot
-
-    def collect(self) -> Iterator[Metric]:
-        snap = self._snapshot()  # one read: a tick publishing meanwhile cannot mix snapshots
-        if snap is None:
-            return
-        up = metrics.GPU_NVML_UP.gauge_family()
-        up.add_metric([], 1.0 if snap.nvml_up else 0.0)
-        yield up
-        if not snap.nvml_up:
-            return
-        info = metrics.GPU_INFO.gauge_family()
-        info.add_metric([snap.driver_version, snap.cuda_version], 1.0)
-        yield info
-        gpu_up = metrics.GPU_UP.gauge_family()
+def _samples(snap: Snapshot) -> Iterator[Sample]:
+    yield metrics.GPU_NVML_UP, (), 1.0 if snap.nvml_up else 0.0
+    if not snap.nvml_up:
+        return
+    yield metrics.GPU_INFO, (snap.driver_version, snap.cuda_version), 1.0
+    for g in snap.gpus:
+        yield metrics.GPU_UP, _labels(g), 1.0 if g.up else 0.0
+    for fam in PLAIN_FAMILIES:
         for g in snap.gpus:
-            gpu_up.add_metric(_labels(g), 1.0 if g.up else 0.0)
-        yield gpu_up
-        for fam in PLAIN_FAMILIES:
-            out = _family(fam)
-            for g in snap.gpus:
-                value = g.values.get(fam)
-                if value is not None:
-                    out.add_metric(_labels(g), value)
-            if out.samples:
-                yield out
-        yield from _nonempty(self._labelled(snap.gpus))
-
-    @staticmethod
-    def _labelled(gpus: tuple[GpuReading, ...]) -> Iterator[Metric]:
-        events = _family(metrics.GPU_CLOCK_EVENT)
-        xid = _family(metrics.GPU_XID_ERRORS)
-        ecc = _family(metrics.GPU_ECC_ERRORS)
-        bandwidth = _family(metrics.GPU_MEMORY_BANDWIDTH)
-        peak = _family(metrics.GPU_MEMORY_BANDWIDTH_PEAK)
-        procs = _family(metrics.GPU_PROCESS_MEMORY)
-        for g in gpus:
-            base = _labels(g)
-            for reason, active in g.clock_events.items():
-                events.add_metric([*base, reason], 1.0 if active else 0.0)
-            for code, count in sorted(g.xid.items()):
-                xid.add_metric([*base, str(code)], count)
-            for kind, count in g.ecc.items():
-                ecc.add_metric([*base, kind], count)
-            if g.peak is not None:
-                peak.add_metric([*base, g.peak[1]], g.peak[0])
-                if g.bandwidth is not None:
-                    bandwidth.add_metric([*base, g.peak[1]], g.bandwidth)
-            for p in g.processes:
-                procs.add_metric([*base, str(p.pid), p.name], p.used_bytes)
-        yield from (events, xid, ecc, bandwidth, peak, procs)
+            value = g.values.get(fam)
+            if value is not None:
+                yield fam, _labels(g), value
+    for g in snap.gpus:
+        base = _labels(g)
+        for reason, active in g.clock_events.items():
+            yield metrics.GPU_CLOCK_EVENT, (*base, reason), 1.0 if active else 0.0
+        for code, count in sorted(g.xid.items()):
+            yield metrics.GPU_XID_ERRORS, (*base, str(code)), float(count)
+        for kind, count in g.ecc.items():
+            yield metrics.GPU_ECC_ERRORS, (*base, kind), float(count)
+        if g.peak is not None:
+            yield metrics.GPU_MEMORY_BANDWIDTH_PEAK, (*base, g.peak[1]), g.peak[0]
+            if g.bandwidth is not None:
+                yield metrics.GPU_MEMORY_BANDWIDTH, (*base, g.peak[1]), g.bandwidth
+        for p in g.processes:
+            yield metrics.GPU_PROCESS_MEMORY, (*base, str(p.pid), p.name), float(p.used_bytes)
 
 
-def _labels(g: GpuReading) -> list[str]:
-    return [str(g.index), g.uuid, g.name]
-
-
-def _nonempty(families: Iterator[Metric]) -> Iterator[Metric]:
-    return (f for f in families if f.samples)
+def _labels(g: GpuReading) -> tuple[str, str, str]:
+    return (str(g.index), g.uuid, g.name)
 
 
 class GpuCheck(Check):
@@ -131,7 +96,7 @@ class GpuCheck(Check):
         super().__init__("nvml", config.interval, max(config.interval, MIN_TIMEOUT))
         self.devices = config.devices
         self.sampler = sampler or NvmlSampler(config.devices)
-        self.collector = GpuCollector(lambda: self.sampler.snapshot)
+        self._published: tuple[Snapshot | None, Batch] = (None, ())
         self._worker = _Worker("nvml")
         self._inflight: concurrent.futures.Future[Snapshot] | None = None
 
@@ -140,6 +105,12 @@ class GpuCheck(Check):
             raise RuntimeError("previous NVML sample is still running (a driver call hangs)")
         self._inflight = self._worker.submit(self.sampler.tick)
         await asyncio.wrap_future(self._inflight)
+
+    def batch(self) -> Batch:
+        snap = self.sampler.snapshot  # one read: a tick publishing meanwhile cannot mix two
+        if snap is not self._published[0]:
+            self._published = (snap, gpu_samples(snap))
+        return self._published[1]
 
     def describe(self) -> str:
         which = "all GPUs" if self.devices is None else f"GPUs {self.devices}"
@@ -194,9 +165,7 @@ class _Worker:
 SECTION = "gpu"
 
 
-def build(config: Config, registry: CollectorRegistry) -> list[Check]:
+def build(config: Config) -> list[Check]:
     if config.gpu is None or not config.gpu.enabled:
         return []
-    check = GpuCheck(config.gpu)
-    registry.register(check.collector)
-    return [check]
+    return [GpuCheck(config.gpu)]

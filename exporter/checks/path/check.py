@@ -16,23 +16,20 @@ capped per section (``TcpSlots``). Targets are IPv4.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import functools
 import logging
 import socket
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Awaitable, Callable
 
 from exporter import metrics
-from exporter.checks.base import Check, Series
+from exporter.checks.base import Check
+from exporter.checks.batch import Batch, Ledger
 from exporter.checks.path.icmp import EchoSocket, IcmpAccess
 from exporter.checks.path.jitter import rfc3550, rtt_diffs
-from exporter.checks.path.route import RouteCheck, RouteMetrics, Tracer, resolve_ipv4
+from exporter.checks.path.route import RouteCheck, Tracer, resolve_ipv4
 from exporter.checks.path.routes import RouteTableError, load_table
 from exporter.config.models import Config, PathsConfig, PathTarget
 from exporter.config.yamlfile import ConfigError
@@ -190,31 +187,6 @@ class TcpSlots:
 # --- the check ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PathMetrics:
-    sent: Counter
-    received: Counter
-    loss: Gauge
-    rtt: Histogram
-    jitter: Gauge
-    last_success: Gauge
-    errors: Counter
-
-    @classmethod
-    def create(
-        cls, registry: CollectorRegistry, rtt_buckets: Sequence[float] | None = None
-    ) -> PathMetrics:
-        return cls(
-            metrics.PATH_PACKETS_SENT.counter(registry),
-            metrics.PATH_PACKETS_RECEIVED.counter(registry),
-            metrics.PATH_LOSS.gauge(registry),
-            metrics.PATH_RTT.histogram(registry, rtt_buckets),
-            metrics.PATH_JITTER.gauge(registry),
-            metrics.PATH_LAST_SUCCESS.gauge(registry),
-            metrics.PATH_ERRORS.counter(registry),
-        )
-
-
 Resolver = Callable[[str], Awaitable[str]]
 
 
@@ -226,7 +198,6 @@ class PathCheck(Check):
         carrier: str,
         target: PathTarget,
         paths: PathsConfig,
-        fams: PathMetrics,
         icmp: IcmpAccess,
         tcp: TcpSlots | None = None,
         resolve: Resolver = resolve_ipv4,
@@ -239,16 +210,16 @@ class PathCheck(Check):
         self._resolve = resolve
         labels = (carrier, target.name, target.region, target.protocol)
         self._labels = labels
-        self._fams = fams
-        self._sent = fams.sent.labels(*labels)
-        self._received = fams.received.labels(*labels)
-        self._rtt = fams.rtt.labels(*labels)
-        self._errors = {r: fams.errors.labels(*labels, r) for r in REASONS[target.protocol]}
+        self._own = own = Ledger()
+        self._sent = own.counter(metrics.PATH_PACKETS_SENT, labels)
+        self._received = own.counter(metrics.PATH_PACKETS_RECEIVED, labels)
+        self._rtt = own.histogram(metrics.PATH_RTT, labels, paths.rtt_buckets)
+        self._errors = {
+            r: own.counter(metrics.PATH_ERRORS, (*labels, r)) for r in REASONS[target.protocol]
+        }
         self._socket: EchoSocket | None = None
         self._addr: str | None = None
         self._unsent = 0  # probes of this burst skipped as busy
-        # Which conditional series exist (series() lists exactly those).
-        self._has_loss = self._has_mean_abs = self._has_success = False
         self.jitter: float | None = None  # the RFC 3550 state, kept across bursts
 
     def describe(self) -> str:
@@ -304,40 +275,23 @@ class PathCheck(Check):
         answered = sum(r is not None for r in rtts)
         if self._unsent == len(rtts):
             raise PathError("busy", f"no probe sent: {self.tcp.cap} TCP connects in flight")
-        self._fams.loss.labels(*self._labels).set(1 - answered / (len(rtts) - self._unsent))
-        self._has_loss = True
+        own, labels = self._own, self._labels
+        own.gauge(metrics.PATH_LOSS, labels).set(1 - answered / (len(rtts) - self._unsent))
         diffs = rtt_diffs(rtts)
         self.jitter = rfc3550(self.jitter, diffs)
         if self.jitter is not None:
-            self._fams.jitter.labels(*self._labels, metrics.PATH_JITTER_RFC3550).set(self.jitter)
+            own.gauge(metrics.PATH_JITTER, (*labels, metrics.PATH_JITTER_RFC3550)).set(self.jitter)
+        mean_abs = (*labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
         if diffs:
-            mean_abs = self._fams.jitter.labels(*self._labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
-            mean_abs.set(statistics.fmean(diffs))
-            self._has_mean_abs = True
+            own.gauge(metrics.PATH_JITTER, mean_abs).set(statistics.fmean(diffs))
         else:
-            self._has_mean_abs = False
-            with contextlib.suppress(KeyError):  # undefined for this burst: absent
-                self._fams.jitter.remove(*self._labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
+            own.remove(metrics.PATH_JITTER, mean_abs)  # undefined for this burst: absent
         if not answered:
             raise PathError(None, f"no answer from {addr} to any of {len(rtts)} probes")
-        self._fams.last_success.labels(*self._labels).set(time.time())
-        self._has_success = True
+        own.gauge(metrics.PATH_LAST_SUCCESS, labels).set(time.time())
 
-    def series(self) -> Iterator[Series]:
-        f, labels = self._fams, self._labels
-        yield metrics.PATH_PACKETS_SENT, f.sent, labels
-        yield metrics.PATH_PACKETS_RECEIVED, f.received, labels
-        yield metrics.PATH_RTT, f.rtt, labels
-        for reason in REASONS[self.spec.protocol]:
-            yield metrics.PATH_ERRORS, f.errors, (*labels, reason)
-        if self._has_loss:
-            yield metrics.PATH_LOSS, f.loss, labels
-        if self.jitter is not None:
-            yield metrics.PATH_JITTER, f.jitter, (*labels, metrics.PATH_JITTER_RFC3550)
-        if self._has_mean_abs:
-            yield metrics.PATH_JITTER, f.jitter, (*labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
-        if self._has_success:
-            yield metrics.PATH_LAST_SUCCESS, f.last_success, labels
+    def batch(self) -> Batch:
+        return self._own.batch()
 
     async def close(self) -> None:
         if self._socket is not None:
@@ -349,26 +303,22 @@ class PathCheck(Check):
 SECTION = "paths"
 
 
-def build(config: Config, registry: CollectorRegistry) -> list[Check]:
+def build(config: Config) -> list[Check]:
     """Path and route checks for every target of the ``paths`` section."""
     paths = config.paths
     if paths is None:
         return []
-    fams = PathMetrics.create(registry, paths.rtt_buckets)
-    route_fams = RouteMetrics.create(registry)
     try:
         table = load_table(paths.route_table)
     except RouteTableError as exc:
         raise ConfigError([f"{config.where('paths', 'route_table')}: {exc}"]) from None
     icmp, tcp = IcmpAccess(paths.icmp_socket), TcpSlots(paths.max_tcp_connects)
-    tracer = Tracer(paths.route_parallelism, paths.route_interval, route_fams)
+    tracer = Tracer(paths.route_parallelism, paths.route_interval)
     checks: list[Check] = []
     for carrier, targets in paths.carriers.items():
         for target in targets:
-            checks.append(PathCheck(carrier, target, paths, fams, icmp, tcp))
+            checks.append(PathCheck(carrier, target, paths, icmp, tcp))
             checks.append(
-                RouteCheck(
-                    carrier, target, paths.route_interval, paths.timeout, table, tracer, route_fams
-                )
+                RouteCheck(carrier, target, paths.route_interval, paths.timeout, table, tracer)
             )
     return checks

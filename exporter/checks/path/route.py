@@ -11,7 +11,6 @@ the hop count and a change counter are exported: hop addresses never become labe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import math
@@ -21,14 +20,12 @@ import statistics
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
 from exporter import metrics
-from exporter.checks.base import Check, Series
+from exporter.checks.base import Check
+from exporter.checks.batch import Batch, Ledger
 from exporter.checks.path.routes import UNKNOWN, RouteTable
 from exporter.config.models import PathTarget
 
@@ -159,15 +156,14 @@ class Tracer:
     """
 
     def __init__(
-        self,
-        parallelism: int = 1,
-        route_interval: float = 600.0,
-        fams: RouteMetrics | None = None,
-        gap: float = TRACE_GAP,
+        self, parallelism: int = 1, route_interval: float = 600.0, gap: float = TRACE_GAP
     ) -> None:
         self.parallelism = parallelism
         self.route_interval = route_interval
-        self._fams = fams
+        # The section's own series; the first route check registered publishes them.
+        self._own = Ledger()
+        self._rounds_late = self._own.counter(metrics.PATH_ROUTE_ROUNDS_LATE)
+        self._round = self._own.gauge(metrics.PATH_ROUTE_ROUND_DURATION)
         self._pool: ThreadPoolExecutor | None = None
         self._gap = gap
         self._local = threading.local()
@@ -181,8 +177,13 @@ class Tracer:
         self._durations: list[float] = []  # of this round's traces, gap included
         self._warned = False
 
-    def register(self, target: str) -> None:
+    def register(self, target: str) -> bool:
+        """Adds ``target`` to the rounds; True for the first, which publishes ``batch()``."""
         self._targets.add(target)
+        return len(self._targets) == 1
+
+    def batch(self) -> Batch:
+        return self._own.batch()
 
     def _paced(self, addr: str, timeout: float) -> tuple[Trace, float]:
         # One trace at a time per address, the gap apart: the destination answers the last
@@ -230,8 +231,7 @@ class Tracer:
             self._durations.append(took)
         if self._round_start is None or not self._traced >= self._targets:
             return
-        if self._fams is not None:
-            self._fams.round_duration.set(now - self._round_start)
+        self._round.set(now - self._round_start)
         if self._late_timer is not None:
             self._late_timer.cancel()
         if self._warned and now - self._round_start <= self.route_interval:
@@ -242,8 +242,7 @@ class Tracer:
         self._durations.clear()
 
     def _late(self) -> None:
-        if self._fams is not None:
-            self._fams.rounds_late.inc()
+        self._rounds_late.inc()
         mean = statistics.fmean(self._durations) if self._durations else self._gap
         targets = len(self._targets)
         needed = math.ceil(targets / self.parallelism) * mean
@@ -272,25 +271,6 @@ class Tracer:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-@dataclass(frozen=True)
-class RouteMetrics:
-    info: Gauge
-    hops: Gauge
-    changes: Counter
-    round_duration: Gauge
-    rounds_late: Counter
-
-    @classmethod
-    def create(cls, registry: CollectorRegistry) -> RouteMetrics:
-        return cls(
-            metrics.PATH_ROUTE_INFO.gauge(registry),
-            metrics.PATH_HOP_COUNT.gauge(registry),
-            metrics.PATH_ROUTE_CHANGES.counter(registry),
-            metrics.PATH_ROUTE_ROUND_DURATION.gauge(registry),
-            metrics.PATH_ROUTE_ROUNDS_LATE.counter(registry),
-        )
-
-
 class RouteCheck(Check):
     kind = "route"
 
@@ -302,7 +282,6 @@ class RouteCheck(Check):
         probe_timeout: float,
         table: RouteTable,
         tracer: Tracer,
-        fams: RouteMetrics,
     ) -> None:
         # A queued trace waits behind the others, so the run may take up to its interval.
         super().__init__(f"{carrier}/{target.name}", interval, interval)
@@ -311,13 +290,10 @@ class RouteCheck(Check):
         self._probe_timeout = probe_timeout
         self._table = table
         self._tracer = tracer
-        tracer.register(self.name)
-        self._fams = fams
-        self._info = fams.info
-        self._hops = fams.hops
-        self._changes = fams.changes.labels(carrier, target.name)
-        self._has_hops = False
+        self._publishes_tracer = tracer.register(self.name)
         self._labels = (carrier, target.name)
+        self._own = Ledger()
+        self._changes = self._own.counter(metrics.PATH_ROUTE_CHANGES, self._labels)
         self._shown: str | None = None  # route_class of the info series now exported
         self._known: str | None = None  # last class from a trace that saw hops
 
@@ -336,18 +312,16 @@ class RouteCheck(Check):
             raise
         trace = await self._tracer.trace(addr, self._probe_timeout, self.name)
         new = self._table.classify(a for hop in trace.hops.values() for a in hop)
+        own = self._own
         if new != self._shown:
             if self._shown is not None:
-                self._info.remove(*self._labels, self._shown)
-            self._info.labels(*self._labels, new).set(1)
+                own.remove(metrics.PATH_ROUTE_INFO, (*self._labels, self._shown))
+            own.gauge(metrics.PATH_ROUTE_INFO, (*self._labels, new)).set(1)
             self._shown = new
         if trace.reached is not None:
-            self._hops.labels(*self._labels).set(trace.reached)
-            self._has_hops = True
+            own.gauge(metrics.PATH_HOP_COUNT, self._labels).set(trace.reached)
         else:
-            self._has_hops = False
-            with contextlib.suppress(KeyError):  # absent, not zero, while unknown
-                self._hops.remove(*self._labels)
+            own.remove(metrics.PATH_HOP_COUNT, self._labels)  # absent, not zero, while unknown
         log.debug(
             "traceroute",
             extra={"check": self.name, "route_class": new, "hops": _render(trace)},
@@ -362,12 +336,9 @@ class RouteCheck(Check):
             )
         self._known = new
 
-    def series(self) -> Iterator[Series]:
-        yield metrics.PATH_ROUTE_CHANGES, self._fams.changes, self._labels
-        if self._shown is not None:
-            yield metrics.PATH_ROUTE_INFO, self._info, (*self._labels, self._shown)
-        if self._has_hops:
-            yield metrics.PATH_HOP_COUNT, self._hops, self._labels
+    def batch(self) -> Batch:
+        mine = self._own.batch()
+        return mine + self._tracer.batch() if self._publishes_tracer else mine
 
     async def close(self) -> None:
         self._tracer.close()

@@ -15,10 +15,9 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-from prometheus_client import CollectorRegistry
-
 from exporter import metrics
 from exporter.checks.base import Check, RunSkipped
+from exporter.checks.batch import Batch, Ledger
 from exporter.config.models import Config, ProbeConfig, SloConfig
 from exporter.metrics import ProbeOutcome
 from exporter.probing.client import Client
@@ -91,32 +90,11 @@ class EndpointGate:
             self._sem.release()
 
 
-class ProbeMetrics:
-    """The probe families on one registry, shared by every probe check."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = metrics.PROBE_REQUESTS.counter(registry)
-        self.ttft = metrics.PROBE_TTFT.histogram(registry)
-        self.ttfc = metrics.PROBE_TTFC.histogram(registry)
-        self.tpot = metrics.PROBE_TPOT.histogram(registry)
-        self.itl = metrics.PROBE_ITL.histogram(registry)
-        self.e2e = metrics.PROBE_E2E.histogram(registry)
-        self.stall = metrics.PROBE_STALL.histogram(registry)
-        self.phase = metrics.PROBE_PHASE.histogram(registry)
-        self.output_tokens = metrics.PROBE_OUTPUT_TOKENS.counter(registry)
-        self.prompt_tokens = metrics.PROBE_PROMPT_TOKENS.counter(registry)
-        self.cached_tokens = metrics.PROBE_CACHED_PROMPT_TOKENS.counter(registry)
-        self.slo_good = metrics.PROBE_SLO_GOOD.counter(registry)
-        self.last_success = metrics.PROBE_LAST_SUCCESS.gauge(registry)
-        self.held_off = metrics.PROBE_HELD_OFF.counter(registry)
-
-
 class ProbeCheck(Check):
     kind = "probe"
 
     def __init__(
-        self, cfg: ProbeConfig, slo: SloConfig, m: ProbeMetrics, gate: EndpointGate
-    ) -> None:
+        self, cfg: ProbeConfig, slo: SloConfig, gate: EndpointGate) -> None:
         super().__init__(cfg.name, cfg.interval, cfg.timeouts.total + GATE_WAIT + SCHEDULER_MARGIN)
         self.cfg = cfg
         self.url = endpoint_url(cfg.url, cfg.api)
@@ -129,15 +107,15 @@ class ProbeCheck(Check):
             first_token=cfg.timeouts.first_token,
             total=cfg.timeouts.total,
         )
-        self._m = m
-        self._labels = (
+        self._labels = labels = (
             cfg.name, self.endpoint, cfg.profile, cfg.carrier or "", cfg.engine or ""
         )
+        self._own = own = Ledger()
         # Every outcome exists from the start, so rate() and goodput ratios work at once.
         for outcome in ProbeOutcome:
-            m.requests.labels(*self._labels, outcome.value)
-        m.slo_good.labels(*self._labels)
-        m.held_off.labels(*self._labels)
+            own.counter(metrics.PROBE_REQUESTS, (*labels, outcome.value))
+        own.counter(metrics.PROBE_SLO_GOOD, labels)
+        own.counter(metrics.PROBE_HELD_OFF, labels)
         #: Monotonic time before which the endpoint asked us not to call (Retry-After).
         self._hold_until = 0.0
         self._client = Client(max_response_bytes=cfg.max_response_bytes, ca_file=cfg.ca_file)
@@ -165,7 +143,7 @@ class ProbeCheck(Check):
     async def run(self) -> None:
         if (wait := self._hold_until - time.monotonic()) > 0:
             # Not a failure of this run: the endpoint said when to come back.
-            self._m.held_off.labels(*self._labels).inc()
+            self._own.counter(metrics.PROBE_HELD_OFF, self._labels).inc()
             raise RunSkipped(f"held off: the endpoint asked for {wait:.0f}s more (Retry-After)")
         spec = self.request()
         async with self.gate.slot():
@@ -177,35 +155,38 @@ class ProbeCheck(Check):
             raise ProbeFailed(f"{result.outcome.value}: {result.detail}")
 
     def record(self, result: RequestResult) -> None:
-        m, labels = self._m, self._labels
-        m.requests.labels(*labels, result.outcome.value).inc()
+        own, labels = self._own, self._labels
+        own.counter(metrics.PROBE_REQUESTS, (*labels, result.outcome.value)).inc()
         connection = result.connection or "new"  # a failed connect was a new one
         for phase, seconds in result.phases.items():
-            m.phase.labels(*labels, phase, connection).observe(seconds)
+            own.histogram(metrics.PROBE_PHASE, (*labels, phase, connection)).observe(seconds)
         s = result.stream
         if not result.ok or s is None or s.ttft is None or s.e2e is None:
             return
-        m.ttft.labels(*labels).observe(s.ttft)
+        own.histogram(metrics.PROBE_TTFT, labels).observe(s.ttft)
         if s.ttfc is not None:
-            m.ttfc.labels(*labels).observe(s.ttfc)
-        m.e2e.labels(*labels).observe(s.e2e)
-        itl = m.itl.labels(*labels)
+            own.histogram(metrics.PROBE_TTFC, labels).observe(s.ttfc)
+        own.histogram(metrics.PROBE_E2E, labels).observe(s.e2e)
+        itl = own.histogram(metrics.PROBE_ITL, labels)
         for gap in s.itl:
             itl.observe(gap)
         if s.stall is not None:
-            m.stall.labels(*labels).observe(s.stall)
+            own.histogram(metrics.PROBE_STALL, labels).observe(s.stall)
         tpot = s.tpot
         if tpot is not None:
-            m.tpot.labels(*labels).observe(tpot)
+            own.histogram(metrics.PROBE_TPOT, labels).observe(tpot)
         source = "chunks" if s.tokens_estimated else "usage"
-        m.output_tokens.labels(*labels, source).inc(s.output_tokens)
+        own.counter(metrics.PROBE_OUTPUT_TOKENS, (*labels, source)).inc(s.output_tokens)
         if s.prompt_tokens is not None:
-            m.prompt_tokens.labels(*labels).inc(s.prompt_tokens)
+            own.counter(metrics.PROBE_PROMPT_TOKENS, labels).inc(s.prompt_tokens)
         if s.cached_tokens is not None:
-            m.cached_tokens.labels(*labels).inc(s.cached_tokens)
+            own.counter(metrics.PROBE_CACHED_PROMPT_TOKENS, labels).inc(s.cached_tokens)
         if s.ttft <= self.ttft_slo and (tpot is None or tpot <= self.tpot_slo):
-            m.slo_good.labels(*labels).inc()
-        m.last_success.labels(*labels).set(time.time())
+            own.counter(metrics.PROBE_SLO_GOOD, labels).inc()
+        own.gauge(metrics.PROBE_LAST_SUCCESS, labels).set(time.time())
+
+    def batch(self) -> Batch:
+        return self._own.batch()
 
     async def close(self) -> None:
         await self._client.close()
@@ -215,10 +196,9 @@ class ProbeCheck(Check):
 SECTION = "probes"
 
 
-def build(config: Config, registry: CollectorRegistry) -> list[Check]:
+def build(config: Config) -> list[Check]:
     if not config.probes:
         return []
-    m = ProbeMetrics(registry)
     gates: dict[str, EndpointGate] = {}
     for p in config.probes:
         endpoint = target_of(endpoint_url(p.url, p.api))
@@ -227,6 +207,6 @@ def build(config: Config, registry: CollectorRegistry) -> list[Check]:
         else:
             gates[endpoint] = EndpointGate(p.max_concurrency, p.min_spacing)
     return [
-        ProbeCheck(p, config.slo, m, gates[target_of(endpoint_url(p.url, p.api))])
+        ProbeCheck(p, config.slo, gates[target_of(endpoint_url(p.url, p.api))])
         for p in config.probes
     ]

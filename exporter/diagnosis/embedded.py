@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from exporter import metrics
@@ -25,7 +25,7 @@ from exporter.diagnosis.observations import (
     ProbeWindow,
 )
 from exporter.diagnosis.stats import Key
-from exporter.diagnosis.windows import Baseline, History, Window
+from exporter.diagnosis.windows import Baseline, History, Snapshot, Window
 
 #: Connection-setup phases of llm_probe_phase_seconds (exporter/probing/timing.py) on a new
 #: connection; a reused one has none of them.
@@ -194,6 +194,8 @@ class HistoryFacts:
     running_max: dict[str, float]
     #: (carrier, target) -> every route class the route check reported
     route_classes: dict[tuple[str, str], set[str]]
+    #: engine target -> the fastest prefill over one window's span (prefill_rates)
+    prefill_rate_max: dict[str, float] = field(default_factory=dict)
 
 
 def history_facts(history: History) -> HistoryFacts:
@@ -208,7 +210,34 @@ def history_facts(history: History) -> HistoryFacts:
             if v == 1:
                 where = (stats.label(k[1], carrier_key), stats.label(k[1], target_key))
                 routes.setdefault(where, set()).add(stats.label(k[1], _ROUTE_CLASS))
-    return HistoryFacts(running, routes)
+    return HistoryFacts(running, routes, prefill_rates(list(history.everything()),
+                                                       history.window))
+
+
+def prefill_rates(snaps: list[Snapshot], window: float) -> dict[str, float]:
+    """Engine target -> the most prompt tokens per second of prefill time over any span of
+    ``window`` in the history (each snapshot against the newest one a window older)."""
+    prompt, prefill = metrics.ENGINE_PROMPT_TOKENS.name, _sum(metrics.ENGINE_PREFILL_TIME)
+
+    def per(snap: Snapshot, sample: str) -> dict[str, float]:
+        return stats.by_label(snap.items(sample), {}, _TARGET)
+
+    best: dict[str, float] = {}
+    i = 0
+    for j, last in enumerate(snaps):
+        while i + 1 < j and snaps[i + 1].at <= last.at - window:
+            i += 1
+        first = snaps[i]
+        if i == j or first.at > last.at - window:
+            continue
+        tokens, seconds = per(last, prompt), per(last, prefill)
+        tokens0, seconds0 = per(first, prompt), per(first, prefill)
+        for target, t in tokens.items():
+            dt_ = seconds.get(target, 0.0) - seconds0.get(target, 0.0)
+            dn = t - tokens0.get(target, 0.0)
+            if dt_ > 0 and dn > 0:
+                best[target] = max(best.get(target, 0.0), dn / dt_)
+    return best
 
 
 def engine_window(
@@ -248,6 +277,7 @@ def engine_window(
         prompt_tokens_baseline=stats.ratio(base_prompt, base_requests),
         request_rate=stats.ratio(requests, w.span),
         request_rate_baseline=stats.ratio(base_requests, base.seconds) if base.ready else None,
+        prefill_rate_max=facts.prefill_rate_max.get(cfg.name),
     )
 
 

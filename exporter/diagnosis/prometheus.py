@@ -298,6 +298,7 @@ def _engines(r: Results, window: float, config: Config) -> list[EngineWindow]:
             prompt_tokens_baseline=mean(get("engine_prompt_tokens_before"), before),
             request_rate=per_second(requests, window),
             request_rate_baseline=per_second(before, span or 0.0),
+            prefill_rate_max=get("engine_prefill_rate_max"),
         ))
     return out
 

@@ -194,7 +194,18 @@ def engine_queries(w: Window) -> dict[str, str]:
         "engine_preemptions": inc(metrics.ENGINE_PREEMPTIONS),
         "engine_prompt_tokens": inc(metrics.ENGINE_PROMPT_TOKENS),
         "engine_prompt_tokens_before": inc(metrics.ENGINE_PROMPT_TOKENS, "", True),
+        **prefill_rate_query(w),
     }
+
+
+def prefill_rate_query(w: Window) -> dict[str, str]:
+    """The fastest prefill over the history: prompt tokens per second of prefill time over
+    spans of the window (EngineWindow.prefill_rate_max)."""
+    k = ENGINE_KEY
+    tokens = increase(k, metrics.ENGINE_PROMPT_TOKENS.name, w.range)
+    seconds = increase(k, f"{metrics.ENGINE_PREFILL_TIME.name}_sum", w.range)
+    return {"engine_prefill_rate_max":
+            f"max_over_time(({tokens}\n/\n({seconds} > 0))[{w.history}:{w.step}])"}
 
 
 def gpu_queries(w: Window, throttle_share: float) -> dict[str, str]:

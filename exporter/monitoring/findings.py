@@ -117,6 +117,10 @@ assert len(BY_ALERT) == len(DECISIONS), "one decision per alert name"
 #: Causes that page: the chain reports them whenever their own numbers are over the line,
 #: whether or not a probe feels it yet (status ``degraded``).
 PAGING: frozenset[Cause] = frozenset(c for d in DECISIONS for c in d.pages)
+#: Causes some alert stands for: a finding of one of these whose own numbers are over the
+#: line (Finding.own) is a verdict even while every probe is inside its SLO.
+ALERTED: frozenset[Cause] = frozenset(
+    c for d in DECISIONS if d.kind == "cause" for c in d.causes) - {("exporter", "no_data")}
 
 
 def threshold(alert: str, config: Config, which: int = 0) -> Any:

@@ -166,7 +166,7 @@ def unmatched(alerts: list[Mapping[str, str]], verdicts: list[Mapping[str, Any]]
         if a.get("alertname") not in BY_ALERT:
             out.append(f"alert {a.get('alertname')} has no decision in the table")
         elif not any(explains(v, a) for v in verdicts):
-            out.append(f"alert {_show(a)} is explained by no verdict")
+            out.append(f"alert {show(a)} is explained by no verdict")
     for v in verdicts:
         cause = (str(v.get("layer")), str(v.get("cause")))
         if cause not in PAGING:
@@ -178,6 +178,7 @@ def unmatched(alerts: list[Mapping[str, str]], verdicts: list[Mapping[str, Any]]
     return out
 
 
-def _show(labels: Mapping[str, str]) -> str:
+def show(labels: Mapping[str, str]) -> str:
+    """An alert as a line of a test failure: its name and labels."""
     keep = {k: v for k, v in labels.items() if k not in ("alertname", "alertstate", "__name__")}
     return f"{labels.get('alertname')}{keep}"

@@ -1,0 +1,161 @@
+"""One decision, two renderings (exporter/monitoring/findings.py): every generated alert has
+its chain finding, both read one threshold, and a layer over an alert's line is a verdict
+before any SLO breaks; what the lab's one-to-one check (tests/support/lab/runner.py) reads."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from exporter.config.models import Config
+from exporter.diagnosis.chain import diagnose
+from exporter.diagnosis.result import CAUSES
+from exporter.diagnosis.text import render
+from exporter.diagnosis.thresholds import resolve
+from exporter.monitoring import findings
+from exporter.monitoring.alerts import alert_groups
+from tests.support.generated import example
+from tests.support.lab.runner import one_answer
+from tests.support.observations import all_probes, healthy, with_engine, with_gpu, with_path
+
+
+def _alerts(config: Config) -> list[dict[str, Any]]:
+    return [r for g in alert_groups(config) for r in g["rules"]]
+
+
+def test_every_generated_alert_has_a_decision_and_every_decision_an_alert() -> None:
+    names = {r["alert"] for r in _alerts(example())}
+    assert names == set(findings.BY_ALERT), (names ^ set(findings.BY_ALERT))
+
+
+@pytest.mark.parametrize("d", findings.DECISIONS, ids=lambda d: d.alert)
+def test_each_decision_names_real_causes_fields_and_labels(d: findings.Decision) -> None:
+    for layer, cause in (*d.causes, *d.pages):
+        assert cause in CAUSES[layer], (layer, cause)
+    assert set(d.pages) <= set(d.causes)
+    assert (d.kind == "symptom") == bool(d.symptoms)
+    assert len(d.thresholds(example())) == len(d.source)  # every field exists
+    rules = [r for r in _alerts(example()) if r["alert"] == d.alert]
+    exprs = "\n".join(r["expr"] for r in rules)
+    for label, _ in d.scope:
+        # The scope label is one the alert's series carry (by name in the rule or a label
+        # every series of the domain has): at least not one the rule drops.
+        assert f"without ({label}" not in exprs
+
+
+def test_one_threshold_moves_the_alert_and_the_chain() -> None:
+    cfg = Config.model_validate({
+        "slo": {"loss_ratio": 0.07, "jitter_seconds": 0.05},
+        "alerting": {"queue_share_ratio": 0.4, "kv_cache_usage_ratio": 0.9,
+                     "gpu_memory_ratio": 0.93},
+    })
+    th = resolve(cfg)
+    rules = {r["alert"]: r["expr"] for r in _alerts(cfg)}
+    for alert, value in (("LLMPathPacketLoss", th.loss_ratio),
+                         ("LLMPathJitterHigh", th.jitter_seconds),
+                         ("LLMEngineCapacityBound", th.queue_share),
+                         ("LLMEngineKVCacheSaturated", th.kv_cache_usage),
+                         ("LLMGPUMemoryNearFull", th.gpu_memory_ratio)):
+        assert value == findings.threshold(alert, cfg)
+        assert f"> {value:g}" in rules[alert], (alert, rules[alert])
+
+
+#: cause -> observations whose own numbers cross the alert's line while every probe is
+#: inside its SLO.
+QUIET_BUT_OVER: dict[tuple[str, str], Any] = {
+    ("network", "packet_loss"): with_path(healthy(), "mobile", lost=14),
+    ("network", "jitter"): with_path(healthy(), "mobile", jitter=0.09),
+    ("engine", "queueing"): with_engine(healthy(), queue_seconds=900.0, waiting=3.0),
+    ("engine", "kv_cache_pressure"): with_engine(healthy(), kv_cache_usage=0.99,
+                                                 preemptions=4.0),
+    ("gpu", "throttling"): with_gpu(healthy(), 0, clock_events=("hw_thermal", "sw_thermal"),
+                                    utilization=0.98),
+    ("gpu", "memory_full"): with_gpu(healthy(), 1, memory_used_ratio=0.995),
+}
+
+
+@pytest.mark.parametrize("cause", sorted(QUIET_BUT_OVER), ids="/".join)
+def test_a_layer_over_its_alert_line_is_degraded_before_users_feel_it(
+        cause: tuple[str, str]) -> None:
+    d = diagnose(QUIET_BUT_OVER[cause])
+    assert d.status == "degraded", render(d)
+    assert [(v.layer, v.cause) for v in d.verdicts] == [cause], render(d)
+    assert "no probe is past its SLO yet" in d.verdicts[0].summary
+
+
+def test_every_paging_cause_has_a_quiet_case() -> None:
+    assert findings.PAGING - {("engine", "down"), ("gpu", "xid_errors"),
+                              ("engine", "slow_prefill"), ("engine", "slow_decode")} <= \
+        set(QUIET_BUT_OVER)
+
+
+def test_degraded_findings_follow_in_chain_order_network_first() -> None:
+    obs = with_gpu(with_path(healthy(), "mobile", lost=14), 0, clock_events=("hw_thermal",))
+    d = diagnose(obs)
+    assert [v.layer for v in d.verdicts] == ["network", "gpu"], render(d)
+
+
+def test_engine_metrics_failing_while_it_serves_is_no_data_for_the_engine() -> None:
+    obs = replace(with_engine(healthy(), up=False, ttft_p95=None, itl_p95=None),
+                  failing_checks=("engine/main",))
+    d = diagnose(obs)
+    assert d.status != "healthy", render(d)
+    assert [(v.layer, v.cause, dict(v.scope)) for v in d.verdicts] == [
+        ("exporter", "no_data", {"engine": "main"})], render(d)
+    assert "while its API serves" in d.verdicts[0].summary
+
+
+def test_slow_probes_of_an_unobservable_engine_are_one_verdict() -> None:
+    obs = replace(all_probes(with_engine(healthy(), up=False, ttft_p95=None, itl_p95=None),
+                             tpot_p95=0.2), failing_checks=("engine/main",))
+    d = diagnose(obs)
+    assert [(v.cause, dict(v.scope)) for v in d.verdicts] == [
+        ("no_data", {"engine": "main"})], render(d)
+    assert d.verdicts[0].symptoms == ("tpot",)
+    assert {e.labels.get("probe") for e in d.verdicts[0].evidence} >= {
+        "chat", "chat-mobile", "chat-unicom", "chat-telecom"}
+
+
+def test_server_side_429s_are_one_verdict_with_every_probe_as_evidence() -> None:
+    d = diagnose(all_probes(healthy(), outcomes={"ok": 12, "rate_limited": 8}))
+    limited = [v for v in d.verdicts if v.cause == "rate_limited"]
+    assert len(limited) == 1, render(d)
+    assert dict(limited[0].scope) == {"engine": "main"}
+    assert {e.labels.get("probe") for e in limited[0].evidence} == {
+        "chat", "chat-mobile", "chat-unicom", "chat-telecom"}
+
+
+def test_a_failing_path_check_is_no_data_for_its_path() -> None:
+    d = diagnose(replace(healthy(), failing_checks=("path/mobile/gpu-sh",)))
+    assert [(v.cause, dict(v.scope)) for v in d.verdicts] == [
+        ("no_data", {"carrier": "mobile", "target": "gpu-sh"})], render(d)
+
+
+def _alert(name: str, **labels: str) -> dict[str, str]:
+    return {"alertname": name, "alertstate": "firing", **labels}
+
+
+def test_one_answer_maps_alerts_onto_verdicts_both_ways() -> None:
+    both = all_probes(with_path(with_engine(healthy(), queue_seconds=900.0, waiting=25.0,
+                                            ttft_p95=2.4), "mobile", lost=12), ttft_p95=2.6)
+    doc = diagnose(both).to_json()
+    loss = _alert("LLMPathPacketLoss", carrier="mobile", target="gpu-sh")
+    queue = _alert("LLMEngineCapacityBound", target="main", model="m")
+    ttft = [_alert("LLMProbeTTFTHigh", probe=p) for p in
+            ("chat", "chat-mobile", "chat-unicom", "chat-telecom")]
+    assert one_answer([loss, queue, *ttft], doc) == []
+    # A verdict of a paging cause without its alert, an alert no verdict explains.
+    assert one_answer([queue, *ttft], doc) == [
+        "verdict network/packet_loss {'carrier': 'mobile', 'target': 'gpu-sh'} has no "
+        "LLMPathPacketLoss pending or firing"]
+    other = _alert("LLMPathPacketLoss", carrier="unicom", target="gpu-sh")
+    assert one_answer([loss, queue, other, *ttft], doc) == [
+        "alert LLMPathPacketLoss{'carrier': 'unicom', 'target': 'gpu-sh'} is explained by "
+        "no verdict"]
+    # Healthy pages nobody, not even pending.
+    calm = diagnose(healthy()).to_json()
+    assert calm["status"] == "healthy"
+    assert one_answer([], calm) == []
+    assert one_answer([{**loss, "alertstate": "pending"}], calm)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter.config.models import Config
 from exporter.diagnosis.chain import diagnose
@@ -16,9 +17,24 @@ from exporter.diagnosis.text import render
 from exporter.diagnosis.thresholds import resolve
 from exporter.monitoring import findings
 from exporter.monitoring.alerts import alert_groups
-from tests.support.generated import example
+from tests.support.generated import ALERTS, example
 from tests.support.lab.runner import one_answer
 from tests.support.observations import all_probes, healthy, with_engine, with_gpu, with_path
+
+
+def _firing() -> dict[str, list[set[str]]]:
+    """alertname -> the label names of each alert the promtool cases expect firing."""
+    out: dict[str, list[set[str]]] = {}
+    for path in sorted((ALERTS / "tests").glob("*.yaml")):
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for check in test.get("alert_rule_test", []):
+                for alert in check.get("exp_alerts") or []:
+                    out.setdefault(check["alertname"], []).append(
+                        set(alert.get("exp_labels") or {}))
+    return out
+
+
+FIRING = _firing()
 
 
 def _alerts(config: Config) -> list[dict[str, Any]]:
@@ -37,12 +53,19 @@ def test_each_decision_names_real_causes_fields_and_labels(d: findings.Decision)
     assert set(d.pages) <= set(d.causes)
     assert (d.kind == "symptom") == bool(d.symptoms)
     assert len(d.thresholds(example())) == len(d.source)  # every field exists
-    rules = [r for r in _alerts(example()) if r["alert"] == d.alert]
-    exprs = "\n".join(r["expr"] for r in rules)
-    for label, _ in d.scope:
-        # The scope label is one the alert's series carry (by name in the rule or a label
-        # every series of the domain has): at least not one the rule drops.
-        assert f"without ({label}" not in exprs
+    # The scope labels are what the alert's firing series carry (the promtool cases of
+    # alerts/tests/ say which): each is on some case, and each case has one.
+    fired = FIRING[d.alert]
+    assert fired, d.alert
+    wanted = {label for label, _ in d.scope} or ({"layer", "cause"} if d.kind == "verdict"
+                                                 else set())
+    for label in wanted:
+        assert any(label in case for case in fired), (d.alert, label, fired)
+    if d.kind == "verdict":
+        assert all(wanted <= case for case in fired), fired
+    elif wanted:
+        # A failing GPU check has no carrier: its alert names the check, its verdict none.
+        assert all(wanted & case or "check" in case for case in fired), (d.alert, fired)
 
 
 def test_one_threshold_moves_the_alert_and_the_chain() -> None:

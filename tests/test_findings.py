@@ -90,6 +90,8 @@ def test_one_threshold_moves_the_alert_and_the_chain() -> None:
 QUIET_BUT_OVER: dict[tuple[str, str], Any] = {
     ("network", "packet_loss"): with_path(healthy(), "mobile", lost=14),
     ("network", "jitter"): with_path(healthy(), "mobile", jitter=0.09),
+    # Premium backbone to 163 (LLMPathRouteDegraded: worse than a class taken recently).
+    ("network", "route_change"): with_path(healthy(), "telecom", route_class="chinanet_163"),
     ("engine", "queueing"): with_engine(healthy(), queue_seconds=900.0, waiting=3.0),
     ("engine", "kv_cache_pressure"): with_engine(healthy(), kv_cache_usage=0.99,
                                                  preemptions=4.0),

@@ -87,8 +87,8 @@ def _felt(f: Finding) -> int:
 
 
 def _ordered(findings: list[Finding]) -> list[Finding]:
-    # The primary explains most of what users feel (a fault on its own, an engine down,
-    # counts as all of it); the others follow in chain order, those users feel first, the
+    # The primary explains most of what users feel (of equals, a fault on its own, then the
+    # first in chain order); the others follow in chain order, those users feel first, the
     # strongest first within a layer.
     def key(f: Finding) -> tuple[int, int, float]:
         felt = 0 if (f.claimed or f.hard) else 1 if f.own else 2
@@ -96,7 +96,7 @@ def _ordered(findings: list[Finding]) -> list[Finding]:
 
     ordered = sorted(findings, key=key)
     if ordered:
-        first = max(ordered, key=lambda f: (f.hard, _felt(f), -ordered.index(f)))
+        first = max(ordered, key=lambda f: (_felt(f), f.hard, -ordered.index(f)))
         ordered.remove(first)
         ordered.insert(0, first)
     return ordered
@@ -136,15 +136,15 @@ def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms]) -> Verdict:
 
 
 def _check_scope(check: str) -> dict[str, str] | None:
-    """The scope of what a failing check leaves unobserved; None for probe checks (their
-    own alerts and symptoms say it)."""
+    """The scope of what a failing check leaves unobserved; None for probe and engine checks
+    (a probe's own symptoms and alerts say it, an engine's verdict is _unobserved's)."""
     kind, _, rest = check.partition("/")
-    if kind == "probe":
+    if kind in ("probe", "engine"):
         return None
     if kind in ("path", "route"):
         carrier, _, target = rest.partition("/")
         return {"carrier": carrier, "target": target}
-    return {"engine": rest} if kind == "engine" else {}
+    return {}
 
 
 def _unobserved(ctx: Context, sick: list[ProbeSymptoms], missing: list[str]) -> list[Verdict]:
@@ -177,7 +177,7 @@ def _unobserved(ctx: Context, sick: list[ProbeSymptoms], missing: list[str]) -> 
                            tuple(evidence), ACTIONS["exporter"]["no_data"]))
     for check in ctx.obs.failing_checks:
         where = _check_scope(check)
-        if where is None or check.startswith("engine/"):
+        if where is None:
             continue
         out.append(Verdict("exporter", "no_data", where, (), 0.5,
                            f"Check {check} fails: what it measures cannot be judged.", (),

@@ -15,7 +15,7 @@ import this module without a circle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -74,8 +74,9 @@ DECISIONS: tuple[Decision, ...] = (
              symptoms=("ttft", "long_context", "tpot", "failures")),
     Decision("LLMProbeTTFTPeakDrift", "symptom", ("alerting.peak_drift_ratio",), PROBE,
              symptoms=("ttft", "long_context")),
-    # A probe without data: the chain cannot decide for it.
-    Decision("LLMProbeAbsent", "cause", (), PROBE, (("exporter", "no_data"),)),
+    # A probe without data: the chain cannot decide for it, or its engine is down.
+    Decision("LLMProbeAbsent", "cause", (), (*PROBE, ("engine_target", "engine")),
+             (("exporter", "no_data"), ("engine", "down"))),
     # Metrics that do not answer: down when the probes fail too, else unobservable.
     Decision("LLMEngineDown", "cause", (), (*ENGINE, ("engine_target", "engine")),
              (("engine", "down"), ("exporter", "no_data")), (("engine", "down"),)),
@@ -123,6 +124,12 @@ ALERTED: frozenset[Cause] = frozenset(
     c for d in DECISIONS if d.kind == "cause" for c in d.causes) - {("exporter", "no_data")}
 
 
+#: Causes upstream of every probe of their engine: a probe's symptom alert is theirs when
+#: the probe's engine (its engine_target label) is the verdict's, whether or not the probe
+#: had data enough in the window to show the symptom (the engine down inhibition's rule).
+UPSTREAM: frozenset[Cause] = frozenset((("engine", "down"), ("exporter", "no_data")))
+
+
 def threshold(alert: str, config: Config, which: int = 0) -> Any:
     """The value ``alert`` compares against in ``config`` (``which``: of several)."""
     return BY_ALERT[alert].thresholds(config)[which]
@@ -149,6 +156,10 @@ def explains(verdict: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
             verdict.get("layer"), verdict.get("cause"))
     if d.kind == "symptom":
         probe = labels.get("probe", "")
+        engine = labels.get("engine_target", "")
+        if engine and scope.get("engine") == engine and \
+                (verdict.get("layer"), verdict.get("cause")) in UPSTREAM:
+            return True
         felt = set(d.symptoms) & set(verdict.get("symptoms") or ())
         return bool(felt) and any((e.get("labels") or {}).get("probe") == probe
                                   for e in verdict.get("evidence") or ())
@@ -157,7 +168,7 @@ def explains(verdict: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return _scope_fits(d, labels, scope)
 
 
-def unmatched(alerts: list[Mapping[str, str]], verdicts: list[Mapping[str, Any]]
+def unmatched(alerts: Sequence[Mapping[str, str]], verdicts: Sequence[Mapping[str, Any]]
               ) -> list[str]:
     """Why the alerts pending or firing and the verdicts are not one answer ([] when they
     are): an alert no verdict explains, or a verdict of a paging cause without its alert."""

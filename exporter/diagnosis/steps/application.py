@@ -5,6 +5,7 @@ answer."""
 from __future__ import annotations
 
 from exporter import metrics
+from exporter.diagnosis.observations import EngineWindow
 from exporter.diagnosis.result import Evidence, Step, Symptom
 from exporter.diagnosis.steps.base import (
     Context,
@@ -30,22 +31,37 @@ TIMEOUTS = ("timeout_first_token", "timeout_total")
 PROMPT_MEAN = (f"rate({metrics.ENGINE_PROMPT_TOKENS.name}) / "
                f"rate({metrics.ENGINE_REQUESTS_FINISHED.name})")
 RATE = f"rate({metrics.ENGINE_REQUESTS_FINISHED.name})"
+USERS_PROMPT = f"{PROMPT_MEAN}, the probes' own requests left out"
 PREFILL_RATE = (f"rate({metrics.ENGINE_PROMPT_TOKENS.name}) / "
                 f"rate({metrics.ENGINE_PREFILL_TIME.name}_sum)")
 
 
-def prompt_cost(st: EngineState) -> tuple[float, float] | None:
-    """(seconds of prefill the mean prompt alone costs, the prefill rate in tokens/s it is
-    costed at): the engine's fastest measured prefill, the window's where no history has
-    one. None without the numbers. A judgement needing no baseline: a prompt that takes
-    most of the first-token budget at the engine's best speed is too long for the SLO,
-    whatever it was yesterday."""
+def users_prompt(ctx: Context, e: EngineWindow) -> float | None:
+    """Prompt tokens per request of the engine's users: the engine's mean without the
+    requests of the exporter's own short probes, which would dilute it."""
+    if not e.prompt_tokens_mean or e.requests < 1:
+        return None
+    tokens, requests = e.prompt_tokens_mean * e.requests, e.requests
+    for p in ctx.obs.probes:
+        if e in ctx.engines_of(p) and p.prompt_tokens_mean is not None:
+            ok = p.outcomes.get(metrics.ProbeOutcome.OK.value, 0)
+            tokens, requests = tokens - p.prompt_tokens_mean * ok, requests - ok
+    return tokens / requests if requests >= 1 and tokens > 0 else e.prompt_tokens_mean
+
+
+def prompt_cost(ctx: Context, st: EngineState) -> tuple[float, float, float] | None:
+    """(the users' mean prompt, the seconds of prefill it alone costs, the prefill rate in
+    tokens/s it is costed at): the engine's fastest measured prefill, the window's where no
+    history has one. None without the numbers. A judgement needing no baseline: a prompt
+    that takes most of the first-token budget at the engine's best speed is too long for
+    the SLO, whatever it was yesterday."""
     e = st.engine
-    if not e.prompt_tokens_mean or not e.prefill_seconds or e.requests < 1:
+    prompt = users_prompt(ctx, e)
+    if prompt is None or not e.prefill_seconds or not e.prompt_tokens_mean:
         return None
     now = e.prompt_tokens_mean * e.requests / e.prefill_seconds
     rate = max(now, e.prefill_rate_max or 0.0)
-    return e.prompt_tokens_mean / rate, rate
+    return prompt, prompt / rate, rate
 
 
 def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
@@ -53,17 +69,16 @@ def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
     """Prompts too long for the TTFT SLO at the engine's prefill rate; growth over a
     baseline (``grown``) strengthens it, and alone still names it."""
     e, lab = st.engine, {"engine": st.engine.engine, "target": st.engine.target}
-    cost = prompt_cost(st)
+    cost = prompt_cost(ctx, st)
     if cost is None:
         return grown
-    seconds, rate = cost
+    prompt, seconds, rate = cost
     budget = ctx.th.prompt_budget_share * st.slo_ttft
-    ev = ctx.ev(PROMPT_MEAN, e.prompt_tokens_mean or 0.0, lab, budget * rate,
-                e.prompt_tokens_baseline)
+    ev = ctx.ev(USERS_PROMPT, prompt, lab, budget * rate, e.prompt_tokens_baseline)
     if not (st.slow_first and seconds > budget):
         cleared.append(ev)
         return grown
-    headline = (f"Engine {e.engine}'s prompts average {e.prompt_tokens_mean:.0f} tokens: at "
+    headline = (f"Engine {e.engine}'s users' prompts average {prompt:.0f} tokens: at "
                 f"its prefill rate of {rate:.0f} tokens/s they alone take {secs(seconds)}, "
                 f"{pct(seconds / st.slo_ttft)} of the {secs(st.slo_ttft)} TTFT SLO")
     evidence = [ev, ctx.ev(PREFILL_RATE, rate, lab)]

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -256,6 +257,19 @@ class LabRun:
         except ValueError:
             raise LabError("diagnose --prometheus --json printed no JSON") from None
 
+    def scraped(self, span: float = 10, timeout: float = 30) -> None:
+        """Wait until every scrape of the last ``span`` seconds succeeded: one scrape that
+        timed out on a loaded machine leaves stale series, and an ``absent()`` alert
+        pending for that moment says nothing about the scenario."""
+        query = urllib.parse.quote(f'min_over_time(up{{job="llm"}}[{span:g}s])')
+
+        def ok() -> bool:
+            status, body = self.client_get(f"/api/v1/query?query={query}",
+                                           port=PROMETHEUS_PORT, timeout=5)
+            result = json.loads(body)["data"]["result"] if status == 200 else []
+            return bool(result) and all(float(r["value"][1]) == 1 for r in result)
+        _wait(ok, timeout, f"{span:g}s of successful scrapes", self.logs.get("exporter"))
+
     def alerts(self) -> list[dict[str, str]]:
         """The labels of every alert the generated rules have pending or firing in the run's
         Prometheus (``alertname`` among them)."""
@@ -336,6 +350,8 @@ def run_scenario(scenario: Scenario, workdir: Path, sources: tuple[str, ...],
         time.sleep(scenario.settle)
         out = {}
         for source in sources:
+            if source == "prometheus":
+                run.scraped()
             diagnosis = run.diagnosis(source)
             why = match(expect, diagnosis)
             if source == "prometheus":

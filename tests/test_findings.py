@@ -184,3 +184,19 @@ def test_one_answer_maps_alerts_onto_verdicts_both_ways() -> None:
     assert calm["status"] == "healthy"
     assert one_answer([], calm) == []
     assert one_answer([{**loss, "alertstate": "pending"}], calm)
+
+
+def test_an_engine_down_explains_its_probes_alerts_without_their_data() -> None:
+    # The probes of a dead engine may have too little data in the window to show their
+    # failures; their alerts still name the engine they hit (engine_target).
+    obs = replace(with_engine(healthy(), up=False), probes=())
+    doc = diagnose(obs).to_json()
+    assert [(v["layer"], v["cause"]) for v in doc["verdicts"]] == [("engine", "down")]
+    probe_alerts = [_alert(name, probe="chat", engine_target="main") for name in
+                    ("LLMProbeFailureRatioHigh", "LLMProbeErrorBudgetBurn", "LLMProbeAbsent")]
+    assert one_answer([_alert("LLMEngineDown", target="main", engine_target="main"),
+                       *probe_alerts], doc) == []
+    # Another engine's probes are not this one's.
+    assert one_answer([_alert("LLMEngineDown", target="main"),
+                       _alert("LLMProbeFailureRatioHigh", probe="x", engine_target="other")],
+                      doc)

@@ -200,3 +200,24 @@ def test_an_engine_down_explains_its_probes_alerts_without_their_data() -> None:
     assert one_answer([_alert("LLMEngineDown", target="main"),
                        _alert("LLMProbeFailureRatioHigh", probe="x", engine_target="other")],
                       doc)
+
+
+def test_the_fastest_prefill_over_the_history_is_per_window_span() -> None:
+    from array import array
+
+    from exporter import metrics
+    from exporter.diagnosis.embedded import prefill_rates
+    from exporter.diagnosis.windows import Layout, Snapshot
+
+    labels = (("target", "sim"),)
+    keys = ((metrics.ENGINE_PROMPT_TOKENS.name, labels, None),
+            (f"{metrics.ENGINE_PREFILL_TIME.name}_sum", labels, None))
+    layout = Layout.of(keys)
+    # Cumulative prompt tokens and prefill seconds, every 10 s: 10000 tokens/s for the
+    # first 30 s, then prefill slows to 2500 tokens/s.
+    points = [(0, 0.0, 0.0), (10, 1e5, 10.0), (20, 2e5, 20.0), (30, 3e5, 30.0),
+              (40, 3.25e5, 40.0), (50, 3.5e5, 50.0), (60, 3.75e5, 60.0)]
+    snaps = [Snapshot(float(t), False, layout, array("d", [n, s])) for t, n, s in points]
+    assert prefill_rates(snaps, 30.0) == {"sim": 10000.0}
+    assert prefill_rates(snaps[3:], 30.0) == {"sim": 2500.0}
+    assert prefill_rates(snaps[:2], 30.0) == {}  # no span of a whole window yet

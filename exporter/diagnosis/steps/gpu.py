@@ -79,6 +79,12 @@ def _causes(ctx: Context, g: GpuWindow, st: EngineState | None,
     return out
 
 
+def _served(ctx: Context, g: GpuWindow) -> str:
+    """The engine a GPU serves, judged or not: the scope stays put when the engine's own
+    numbers are missing from a window."""
+    return next((e.engine for e in ctx.obs.engines if g in ctx.gpus_of(e)), "")
+
+
 def evaluate(ctx: Context, states: list[EngineState], engine_findings: list[Finding]
              ) -> tuple[Step, list[Finding], list[Finding]]:
     """The step, its findings, and the engine findings they absorbed (to drop)."""
@@ -105,7 +111,7 @@ def evaluate(ctx: Context, states: list[EngineState], engine_findings: list[Find
                 continue
             if st is None and ctx.obs.engines and cause not in OWN:
                 continue
-            key = (cause, st.engine.engine if st else "")
+            key = (cause, st.engine.engine if st else _served(ctx, g))
             ids, clauses, evs, best = grouped.setdefault(key, ([], [], [], 0.0))
             ids.append(g.gpu)
             clauses.append(clause)

@@ -81,7 +81,9 @@ def engine_alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             "LLMEngineKVCacheSaturated",
-            f"max by ({MODEL.by}) ({kv}) > {num(kv_full)}\n"
+            # Its fullest over the window, as the chain reads it: a preempting cache frees
+            # blocks as it preempts, so the instant value can read below full.
+            f"max by ({MODEL.by}) (max_over_time({kv}[{RATE}])) > {num(kv_full)}\n"
             f"and on ({MODEL.by})\n"
             f"{rate_sum(MODEL, metrics.ENGINE_PREEMPTIONS.name)} > 0",
             "warning",

@@ -257,7 +257,7 @@ class LabRun:
         except ValueError:
             raise LabError("diagnose --prometheus --json printed no JSON") from None
 
-    def scraped(self, span: float = 10, timeout: float = 30) -> None:
+    def scraped(self, span: float = 3, timeout: float = 60) -> None:
         """Wait until every scrape of the last ``span`` seconds succeeded: one scrape that
         timed out on a loaded machine leaves stale series, and an ``absent()`` alert
         pending for that moment says nothing about the scenario."""

@@ -156,6 +156,11 @@ def test_the_embedded_history_keeps_every_sample_a_declaration_reads() -> None:
                     sample = f"{leaf.family.name}_bucket"
                 elif isinstance(leaf, declare.InPeak):
                     sample = o.kind.presence
+                elif isinstance(leaf, declare.PeakRatio):
+                    # Read over the whole history: the coarse snapshots must keep both.
+                    for sample in (leaf.num, leaf.den):
+                        assert sample in families.COARSE_SAMPLES, (o.field, sample)
+                    continue
                 else:
                     assert isinstance(leaf, declare.Increase | declare.MeanOverTime
                                       | declare.MaxOverTime | declare.Last | declare.Seen)

@@ -95,14 +95,14 @@ CASES: dict[str, tuple[Observations, str, dict[str, str]]] = {
                                             prompt_tokens_baseline=1500.0), **SLOW_ALL),
                      "application", {"engine": "main"}),
     "rate_limited": (with_probe(healthy(), "chat", outcomes={"ok": 12, "rate_limited": 8}),
-                     "application", {"probe": "chat"}),
+                     "application", {"engine": "main"}),
     "client_concurrency": (all_probes(with_engine(healthy(), request_rate=2.0,
                                                   request_rate_baseline=0.5, **QUEUED),
                                       **SLOW_ALL), "application", {"engine": "main"}),
     "client_timeouts": (with_probe(healthy(), "chat", outcomes={"ok": 15, "timeout_total": 5},
                                    timeout_total=5.0), "application", {"probe": "chat"}),
     "no_data": (with_probe(replace(with_engine(healthy(), up=None), failing_checks=(
-        "engine/main",)), "chat", ttft_p95=2.5), "exporter", {"probe": "chat"}),
+        "engine/main",)), "chat", ttft_p95=2.5), "exporter", {"engine": "main"}),
 }
 
 SCHEMA = json.loads(resources.files("exporter.diagnosis").joinpath("schema.json").read_text())
@@ -162,15 +162,20 @@ def test_mobile_ttft_is_attributed_to_mobile_loss() -> None:
     assert d.status == "failing"
 
 
-def test_loss_on_one_carrier_plus_overload_names_both_network_first() -> None:
+def test_loss_on_one_carrier_plus_overload_names_both() -> None:
     obs = all_probes(with_path(with_engine(healthy(), **QUEUED), "mobile", lost=12), **SLOW_ALL)
     d = diagnose(obs)
     got = [(v.layer, v.cause) for v in d.verdicts]
-    assert got == [("network", "packet_loss"), ("engine", "queueing")], render(d)
-    assert d.verdicts[0].scope == {"carrier": "mobile", "target": "gpu-sh"}
+    # The queue explains three probes' first tokens, the loss one: the queue is primary,
+    # and the loss is never dropped.
+    assert got == [("engine", "queueing"), ("network", "packet_loss")], render(d)
+    assert d.verdicts[1].scope == {"carrier": "mobile", "target": "gpu-sh"}
     # The mobile probe's symptom goes to the loss, the others' to the queue.
-    assert "chat-mobile" in d.verdicts[0].summary
-    assert "chat-mobile" not in d.verdicts[1].summary
+    assert "chat-mobile" in d.verdicts[1].summary
+    assert "chat-mobile" not in d.verdicts[0].summary
+    net = {s.step: s for s in d.steps}["network"]
+    assert net.result == "implicated" and any(
+        e.labels.get("carrier") == "mobile" for e in net.evidence)
     valid(d)
 
 
@@ -181,9 +186,12 @@ NO_BASELINE = dict(prompt_tokens_baseline=None, request_rate_baseline=None)
     # Long prompts are why prefill is slow: the verdict is theirs, the split its evidence.
     (dict(ttft_p95=2.0, prefill_seconds=600.0, prompt_tokens_mean=6000.0,
           prompt_tokens_baseline=1500.0), ("application", "long_prompts"), "slow_prefill"),
-    # No baseline yet (a young history): the split is all the chain knows, never a guess.
+    # No baseline yet (a fresh deployment, prompts always long): at the engine's best
+    # prefill rate the prompt alone takes 60% of the TTFT SLO. Too long, baseline or none.
     (dict(ttft_p95=2.0, prefill_seconds=600.0, prompt_tokens_mean=6000.0, **NO_BASELINE),
-     ("engine", "slow_prefill"), ""),
+     ("application", "long_prompts"), "slow_prefill"),
+    # The usual prompts at a prefill rate fallen from 10000 to 750 tokens/s: the engine's.
+    (dict(ttft_p95=2.0, prefill_seconds=600.0, **NO_BASELINE), ("engine", "slow_prefill"), ""),
     # Queued at the batch limit with no growth to blame: capacity.
     (dict(**QUEUED, **NO_BASELINE), ("engine", "queueing"), ""),
     (dict(**QUEUED, request_rate=0.5, request_rate_baseline=0.45), ("engine", "queueing"), ""),
@@ -226,9 +234,15 @@ def test_stalls_the_engine_makes_itself_are_not_the_networks() -> None:
     assert d.verdicts[0].cause == "stream_stalls", render(d)
 
 
-def test_loss_on_a_carrier_without_symptoms_is_no_verdict() -> None:
+def test_loss_over_the_alert_line_without_symptoms_is_degraded() -> None:
+    # LLMPathPacketLoss pages on it: the chain says so too, network floor first.
     d = diagnose(with_path(healthy(), "mobile", lost=12))
-    assert d.status == "healthy" and not d.verdicts
+    assert d.status == "degraded", render(d)
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("network", "packet_loss")]
+    assert d.verdicts[0].summary.startswith("Mobile path to gpu-sh loses 6% of packets")
+    assert "no probe is past its SLO yet" in d.verdicts[0].summary
+    # Under the line: healthy.
+    assert diagnose(with_path(healthy(), "mobile", lost=2)).status == "healthy"
 
 
 def test_engine_check_failing_is_no_data_not_a_guess() -> None:

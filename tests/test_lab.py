@@ -272,7 +272,7 @@ def test_scenario_files_load_cover_the_issue_and_fit_ci() -> None:
     for i in (1, 2, 3):
         assert scenarios[f"healthy-seed{i}"].seed == i and not scenarios[f"healthy-seed{i}"].expect
     combo = scenarios["loss-and-overload"].expect
-    assert [(e.layer, e.cause) for e in combo] == [("network", "packet_loss"), ("engine", "queueing")]
+    assert [(e.layer, e.cause) for e in combo] == [("engine", "queueing"), ("network", "packet_loss")]
     # All of them on 2 cores within ~20 minutes: lab start and cleanup take ~10 s each run.
     total = sum(s.baseline + s.settle + 10 for s in scenarios.values())
     assert total < 18 * 60, total

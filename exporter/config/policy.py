@@ -217,6 +217,9 @@ class DiagnosisConfig(StrictModel):
     # Prompt tokens per request, or request rate, this many times the baseline.
     prompt_growth: Annotated[float, Field(gt=1)] = 1.5
     request_rate_growth: Annotated[float, Field(gt=1)] = 1.5
+    # The prompt alone, at the engine's prefill throughput measured in the window, over this
+    # share of the TTFT SLO: the prompts are too long for the SLO, baseline or none.
+    prompt_budget_share: Ratio = 0.5
 
     @model_validator(mode="after")
     def _window_in_history(self) -> DiagnosisConfig:

@@ -11,10 +11,18 @@ the engine. An engine time split (queueing, slow prefill, slow decode) says wher
 goes, not why: when the GPU or application step finds the why for that engine, the verdict
 is that cause, with the split as its evidence. A symptom nothing explains becomes
 ``exporter/no_data``: never a guess.
+
+One answer with the alerts: a finding whose own numbers are over the line of an alert
+(``exporter/monitoring/findings.py``, the table the rule generator reads too) is a verdict
+whether or not a probe feels it yet (status ``degraded``), and a layer that cannot be
+observed is ``exporter/no_data`` scoped to it. No finding is dropped because an earlier
+layer explains the same symptom: the primary is the one that explains most of what users
+feel, the others follow in chain order.
 """
 
 from __future__ import annotations
 
+from exporter import metrics
 from exporter.diagnosis.actions import ACTIONS
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import (
@@ -30,6 +38,7 @@ from exporter.diagnosis.result import (
 from exporter.diagnosis.steps import application, engine, gpu, network, symptom
 from exporter.diagnosis.steps.base import Context, Finding, ProbeSymptoms, probe_scope
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.monitoring.findings import ALERTED
 
 SYMPTOM_ORDER: tuple[Symptom, ...] = ("ttft", "long_context", "tpot", "failures")
 
@@ -56,6 +65,7 @@ def diagnose(obs: Observations, thresholds: Thresholds | None = None) -> Diagnos
     healthy = sym_step.result == "ruled_out"
     kept = [f for f in findings if _reportable(f, healthy)]
     verdicts = [_verdict(ctx, f, sick) for f in _ordered(kept)]
+    verdicts += _unobserved(ctx, sick, missing)
     verdicts += _no_data(ctx, sick, steps, missing, splits)
     return Diagnosis(obs.at, ctx.window, obs.source, _status(sick, verdicts, steps),
                      tuple(verdicts), steps)
@@ -64,21 +74,32 @@ def diagnose(obs: Observations, thresholds: Thresholds | None = None) -> Diagnos
 def _reportable(f: Finding, healthy: bool) -> bool:
     """A finding is a verdict when it explains a symptom, is a fault on its own, or its own
     numbers are over the line; one no probe could show counts only when something is wrong."""
-    if f.hard or f.claimed:
+    if f.hard or f.claimed or (f.own and (f.layer, f.cause) in ALERTED):
         return True
     if healthy:
         return False
     return f.own or f.unobserved
 
 
+def _felt(f: Finding) -> int:
+    """How much of what users feel a finding explains: the probe symptoms it took over."""
+    return sum(len(t) for t in f.claimed.values())
+
+
 def _ordered(findings: list[Finding]) -> list[Finding]:
-    # Chain order by layer; first those that explain what users feel, then the rest; the
+    # The primary explains most of what users feel (of equals, a fault on its own, then the
+    # first in chain order); the others follow in chain order, those users feel first, the
     # strongest first within a layer.
     def key(f: Finding) -> tuple[int, int, float]:
-        felt = 0 if (f.claimed or f.hard or f.own) else 1
+        felt = 0 if (f.claimed or f.hard) else 1 if f.own else 2
         return (felt, LAYERS.index(f.layer), -f.strength)
 
-    return sorted(findings, key=key)
+    ordered = sorted(findings, key=key)
+    if ordered:
+        first = max(ordered, key=lambda f: (_felt(f), f.hard, -ordered.index(f)))
+        ordered.remove(first)
+        ordered.insert(0, first)
+    return ordered
 
 
 def _phrase(ps: ProbeSymptoms, taken: set[Symptom]) -> str:
@@ -91,6 +112,8 @@ def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms]) -> Verdict:
     claimed = [(by_name[n], t) for n, t in f.claimed.items() if n in by_name]
     symptoms = tuple(s for s in SYMPTOM_ORDER if any(s in t for _, t in claimed))
     summary = f.headline
+    if not claimed and f.own and not f.hard and not any(ps.breached for ps in sick):
+        summary += "; no probe is past its SLO yet"
     if claimed:
         first = _phrase(*claimed[0])
         if len(claimed) > 1:
@@ -110,6 +133,56 @@ def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms]) -> Verdict:
     scope = {k: f.scope[k] for k in SCOPE_KEYS if f.scope.get(k)}
     return Verdict(f.layer, f.cause, scope, symptoms, round(confidence, 3),
                    summary + ".", tuple(evidence), ACTIONS[f.layer][f.cause])
+
+
+def _check_scope(check: str) -> dict[str, str] | None:
+    """The scope of what a failing check leaves unobserved; None for probe and engine checks
+    (a probe's own symptoms and alerts say it, an engine's verdict is _unobserved's)."""
+    kind, _, rest = check.partition("/")
+    if kind in ("probe", "engine"):
+        return None
+    if kind in ("path", "route"):
+        carrier, _, target = rest.partition("/")
+        return {"carrier": carrier, "target": target}
+    return {}
+
+
+def _unobserved(ctx: Context, sick: list[ProbeSymptoms], missing: list[str]) -> list[Verdict]:
+    """A layer that cannot be observed is no_data scoped to it, never healthy: an engine
+    without metrics (LLMEngineDown pages for it while the API serves) takes over the open
+    symptoms of its probes, and each other failing check is one verdict."""
+    out: list[Verdict] = []
+    by_engine = {e.engine: e for e in ctx.obs.engines}
+    for name in missing:
+        e = by_engine[name]
+        if e.up is True and not ctx.failing("engine", name):
+            continue  # metrics answer, some families are missing: the step says no_data
+        mine = [ps for ps in sick if e in ctx.engines_of(ps.probe) and ps.open]
+        symptoms = tuple(s for s in SYMPTOM_ORDER if any(s in ps.open for ps in mine))
+        how = {None: "it has no metrics in the window",
+               False: "its metrics endpoint does not answer while its API serves",
+               True: "its metrics lack what the step needs"}[e.up]
+        if ctx.failing("engine", name):
+            how += f" (check engine/{name} fails)"
+        summary = f"Engine {name} cannot be observed: {how}"
+        if mine:
+            summary += f"; {_phrase(mine[0], mine[0].open)} cannot be explained"
+        evidence = [ctx.ev(metrics.ENGINE_UP.name, 0 if e.up is False else 1,
+                           {"engine": name, "target": e.target}, 1)] if e.up is not None else []
+        for ps in mine:
+            evidence.extend(x for x in ps.evidence if x not in evidence)
+            ps.open.clear()
+        scope = {"engine": name, **({"site": e.site} if e.site else {})}
+        out.append(Verdict("exporter", "no_data", scope, symptoms, 0.5, summary + ".",
+                           tuple(evidence), ACTIONS["exporter"]["no_data"]))
+    for check in ctx.obs.failing_checks:
+        where = _check_scope(check)
+        if where is None:
+            continue
+        out.append(Verdict("exporter", "no_data", where, (), 0.5,
+                           f"Check {check} fails: what it measures cannot be judged.", (),
+                           ACTIONS["exporter"]["no_data"]))
+    return out
 
 
 def _no_data(ctx: Context, sick: list[ProbeSymptoms], steps: tuple[Step, ...],
@@ -149,9 +222,10 @@ def _no_data(ctx: Context, sick: list[ProbeSymptoms], steps: tuple[Step, ...],
 
 def _status(sick: list[ProbeSymptoms], verdicts: list[Verdict], steps: tuple[Step, ...]
             ) -> Status:
+    if all(s.result == "no_data" for s in steps) and all(
+            v.cause == "no_data" for v in verdicts):
+        return "unknown"
     if not verdicts:
-        if all(s.result == "no_data" for s in steps):
-            return "unknown"
         return "healthy"
     if any(ps.breached for ps in sick) or any(v.cause == "down" for v in verdicts):
         return "failing"

@@ -126,6 +126,17 @@ class Seen(Leaf):
 
 
 @dataclass(frozen=True)
+class PeakRatio(Leaf):
+    """The highest ``sum(increase(num)) / sum(increase(den))`` per key over any window-long
+    span of the history, taken every ``diagnosis.baseline_step`` (a subquery's steps, so
+    both sources read the same instants): the best the layer has done, e.g. an engine's
+    fastest prefill in prompt tokens per second of prefill time."""
+
+    num: str
+    den: str
+
+
+@dataclass(frozen=True)
 class Recorded(Leaf):
     """A recorded series that is a ``Baseline``'s statistic, per key (the worst of the
     key's series): what a fleet's central store receives, read by PromQL over names.RATE

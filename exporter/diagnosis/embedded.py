@@ -10,7 +10,9 @@ family no check fills) is absent.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,6 +30,7 @@ from exporter.diagnosis.declare import (
     Leaf,
     MaxOverTime,
     MeanOverTime,
+    PeakRatio,
     Quantile,
     Seen,
     Values,
@@ -126,10 +129,45 @@ class Evaluator:
         if isinstance(leaf, Seen):
             return _group(_series_max(self._snapshots(), leaf.sample),
                           (*kind.key, *leaf.by), (), "max")
+        if isinstance(leaf, PeakRatio):
+            return self._peak_ratio(leaf, kind)
         if isinstance(leaf, InPeak):
             present = _group(w.gauge(kind.presence), kind.key, ())
             return {k: float(w.last.in_peak) for k in present}
         raise TypeError(leaf)
+
+    def _peak_ratio(self, leaf: PeakRatio, kind: Kind) -> Values:
+        """At each step boundary of the history (where a subquery evaluates), the increase
+        since the sample a window earlier, from the newest snapshot at or before each end
+        (an instant selector's sample)."""
+        snaps = self._snapshots()
+        if not snaps:
+            return {}
+        times = [s.at for s in snaps]
+        step, span = self.config.diagnosis.baseline_step, self.window.seconds
+        end = self.window.last.at
+
+        def at(t: float) -> Snapshot | None:
+            i = bisect.bisect_right(times, t) - 1
+            return snaps[i] if i >= 0 else None
+
+        def increase(a: Snapshot, b: Snapshot, sample: str) -> Values:
+            before = _group(a.items(sample), kind.key, ())
+            return {k: v - before[k] for k, v in _group(b.items(sample), kind.key, ()).items()
+                    if k in before}
+
+        best: Values = {}
+        t = math.floor(end / step) * step
+        while t > end - self.config.diagnosis.history and t - span >= times[0]:
+            a, b = at(t - span), at(t)
+            t -= step
+            if a is None or b is None or a is b:
+                continue
+            den = increase(a, b, leaf.den)
+            for k, v in increase(a, b, leaf.num).items():
+                if den.get(k, 0.0) > 0:
+                    best[k] = max(best.get(k, -math.inf), v / den[k])
+        return best
 
     def _quantile(self, leaf: Quantile, kind: Kind, base: bool) -> Values:
         sample = f"{leaf.family.name}_bucket"

@@ -30,6 +30,7 @@ from exporter.diagnosis.declare import (
     MeanOverTime,
     Observable,
     Over,
+    PeakRatio,
     PerSecond,
     Quantile,
     Ratio,
@@ -189,6 +190,10 @@ ENGINE_TABLE: tuple[Observable, ...] = (
     Observable("preemptions", ENGINE, Increase(metrics.ENGINE_PREEMPTIONS.name), or_zero),
     Observable("prompt_tokens_mean", ENGINE, Ratio(_ENGINE_PROMPT, _FINISHED)),
     Observable("prompt_tokens_baseline", ENGINE, Baseline(Ratio(_ENGINE_PROMPT, _FINISHED))),
+    # What a prompt costs is judged at the engine's best prefill, so a prefill that slowed
+    # is the engine's (slow_prefill), not the prompt's.
+    Observable("prefill_rate_max", ENGINE, PeakRatio(
+        metrics.ENGINE_PROMPT_TOKENS.name, _sum(metrics.ENGINE_PREFILL_TIME))),
     Observable("request_rate", ENGINE, PerSecond(_FINISHED)),
     Observable("request_rate_baseline", ENGINE, Baseline(PerSecond(_FINISHED))),
 )

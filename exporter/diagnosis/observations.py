@@ -107,6 +107,10 @@ class EngineWindow:
     prompt_tokens_mean: float | None = None
     prompt_tokens_baseline: float | None = None
     request_rate: float | None = None  # requests per second
+    #: The fastest prefill seen over the history: prompt tokens per second of prefill time,
+    #: over spans of one window. What a prompt costs is judged at this rate, so a prefill
+    #: that slowed is the engine's (slow_prefill), not the prompt's.
+    prefill_rate_max: float | None = None
     request_rate_baseline: float | None = None
 
     @property

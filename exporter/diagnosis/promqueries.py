@@ -136,6 +136,10 @@ def leaf_query(leaf: Leaf, kind: Kind, base: bool, w: Window) -> str:
         return f"{leaf.combine} by ({by(k)}) (max_over_time({leaf.sample}[{span}]))"
     if isinstance(leaf, d.Last):
         return f"{leaf.combine} by ({by((*k, *leaf.by))}) ({leaf.sample})"
+    if isinstance(leaf, d.PeakRatio):
+        num = f"sum by ({by(k)}) (increase({leaf.num}[{w.range}]))"
+        den = f"sum by ({by(k)}) (increase({leaf.den}[{w.range}]))"
+        return f"max_over_time(({num}\n/\n({den} > 0))[{w.history}:{w.step}])"
     if isinstance(leaf, d.Seen):
         return f"max by ({by((*k, *leaf.by))}) (max_over_time({leaf.sample}[{w.lookback}]))"
     if isinstance(leaf, d.InPeak):

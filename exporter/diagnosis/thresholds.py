@@ -9,7 +9,9 @@ Per-probe SLO overrides are not here: they arrive on ``ProbeWindow.slo_ttft`` / 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from exporter.monitoring import findings
 
 if TYPE_CHECKING:  # the chain takes a Config only here, and only its values
     from exporter.config.models import Config
@@ -51,6 +53,7 @@ class Thresholds:
     # application
     prompt_growth: float = 1.5
     request_rate_growth: float = 1.5
+    prompt_budget_share: float = 0.5
 
     def route_rank(self, route_class: str) -> int:
         """Position in the configured order, best first; unknown classes rank last."""
@@ -63,7 +66,11 @@ class Thresholds:
 def resolve(config: Config) -> Thresholds:
     """The thresholds of ``config``: ``diagnosis:`` values where set, else ``slo:`` and
     ``alerting:`` (the same numbers the generated alerts use)."""
-    d, slo, al = config.diagnosis, config.slo, config.alerting
+    d, al = config.diagnosis, config.alerting
+
+    def alert(name: str, which: int = 0) -> Any:
+        # The alert's own threshold (exporter/monitoring/findings.py): one decision.
+        return findings.threshold(name, config, which)
 
     def pick(value: float | None, default: float) -> float:
         return default if value is None else value
@@ -72,24 +79,25 @@ def resolve(config: Config) -> Thresholds:
         window=d.window,
         min_requests=d.min_requests,
         drift_ratio=d.drift_ratio,
-        slo_ttft=slo.ttft_p95_seconds,
-        slo_tpot=slo.tpot_p95_seconds,
-        failure_ratio=pick(d.failure_ratio, slo.probe_failure_ratio),
-        loss_ratio=pick(d.loss_ratio, slo.loss_ratio),
-        jitter_seconds=pick(d.jitter_seconds, slo.jitter_seconds),
+        slo_ttft=alert("LLMProbeTTFTHigh"),
+        slo_tpot=alert("LLMProbeTPOTHigh"),
+        failure_ratio=pick(d.failure_ratio, alert("LLMProbeFailureRatioHigh")),
+        loss_ratio=pick(d.loss_ratio, alert("LLMPathPacketLoss")),
+        jitter_seconds=pick(d.jitter_seconds, alert("LLMPathJitterHigh")),
         rtt_round_trips=d.rtt_round_trips,
         rtt_budget_share=d.rtt_budget_share,
         connection_setup_share=d.connection_setup_share,
         client_network_share=d.client_network_share,
         peak_min_loss=al.peak_drift_min_loss_ratio,
         route_class_order=tuple(al.route_class_order),
-        queue_share=pick(d.queue_share, al.queue_share_ratio),
-        kv_cache_usage=pick(d.kv_cache_usage, al.kv_cache_usage_ratio),
-        stall_seconds=al.stall_seconds,
-        gpu_memory_ratio=pick(d.gpu_memory_ratio, al.gpu_memory_ratio),
-        throttle_reasons=tuple(al.throttle_reasons),
+        queue_share=pick(d.queue_share, alert("LLMEngineCapacityBound")),
+        kv_cache_usage=pick(d.kv_cache_usage, alert("LLMEngineKVCacheSaturated")),
+        stall_seconds=alert("LLMProbeStreamStalls"),
+        gpu_memory_ratio=pick(d.gpu_memory_ratio, alert("LLMGPUMemoryNearFull")),
+        throttle_reasons=tuple(alert("LLMGPUThrottled")),
         gpu_underutilized=d.gpu_underutilized,
         dram_bandwidth=d.dram_bandwidth,
         prompt_growth=d.prompt_growth,
         request_rate_growth=d.request_rate_growth,
+        prompt_budget_share=d.prompt_budget_share,
     )

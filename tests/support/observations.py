@@ -48,6 +48,8 @@ def engine(name: str = "main", **kw: Any) -> EngineWindow:
         waiting=0.0, running_max=64.0, kv_cache_usage=0.4, preemptions=0.0,
         prompt_tokens_mean=1500.0, prompt_tokens_baseline=1400.0, request_rate=0.5,
         request_rate_baseline=0.45,
+        # The healthy window's own prefill rate (1500 tokens x 300 requests / 45 s).
+        prefill_rate_max=10000.0,
     )
     base.update(kw)
     return EngineWindow(**base)

@@ -1,9 +1,11 @@
-"""Step 5: the application: prompts grown past their baseline, 429s, more requests at the
-same capacity, client timeouts shorter than a normal server answer."""
+"""Step 5: the application: prompts too long for the TTFT SLO (grown past their baseline or
+not), 429s, more requests at the same capacity, client timeouts shorter than a normal server
+answer."""
 
 from __future__ import annotations
 
 from exporter import metrics
+from exporter.diagnosis.observations import EngineWindow
 from exporter.diagnosis.result import Evidence, Step, Symptom
 from exporter.diagnosis.steps.base import (
     Context,
@@ -29,6 +31,68 @@ TIMEOUTS = ("timeout_first_token", "timeout_total")
 PROMPT_MEAN = (f"rate({metrics.ENGINE_PROMPT_TOKENS.name}) / "
                f"rate({metrics.ENGINE_REQUESTS_FINISHED.name})")
 RATE = f"rate({metrics.ENGINE_REQUESTS_FINISHED.name})"
+USERS_PROMPT = f"{PROMPT_MEAN}, the probes' own requests left out"
+PREFILL_RATE = (f"rate({metrics.ENGINE_PROMPT_TOKENS.name}) / "
+                f"rate({metrics.ENGINE_PREFILL_TIME.name}_sum)")
+
+
+def users_prompt(ctx: Context, e: EngineWindow) -> float | None:
+    """Prompt tokens per request of the engine's users: the engine's mean without the
+    requests of the exporter's own short probes, which would dilute it."""
+    if not e.prompt_tokens_mean or e.requests < 1:
+        return None
+    tokens, requests = e.prompt_tokens_mean * e.requests, e.requests
+    for p in ctx.obs.probes:
+        if e in ctx.engines_of(p) and p.prompt_tokens_mean is not None:
+            ok = p.outcomes.get(metrics.ProbeOutcome.OK.value, 0)
+            tokens, requests = tokens - p.prompt_tokens_mean * ok, requests - ok
+    return tokens / requests if requests >= 1 and tokens > 0 else e.prompt_tokens_mean
+
+
+def prompt_cost(ctx: Context, st: EngineState) -> tuple[float, float, float] | None:
+    """(the users' mean prompt, the seconds of prefill it alone costs, the prefill rate in
+    tokens/s it is costed at): the engine's fastest measured prefill, the window's where no
+    history has one. None without the numbers. A judgement needing no baseline: a prompt
+    that takes most of the first-token budget at the engine's best speed is too long for
+    the SLO, whatever it was yesterday."""
+    e = st.engine
+    prompt = users_prompt(ctx, e)
+    if prompt is None or not e.prefill_seconds or not e.prompt_tokens_mean:
+        return None
+    now = e.prompt_tokens_mean * e.requests / e.prefill_seconds
+    rate = max(now, e.prefill_rate_max or 0.0)
+    return prompt, prompt / rate, rate
+
+
+def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
+                  cleared: list[Evidence]) -> Finding | None:
+    """Prompts too long for the TTFT SLO at the engine's prefill rate; growth over a
+    baseline (``grown``) strengthens it, and alone still names it."""
+    e, lab = st.engine, {"engine": st.engine.engine, "target": st.engine.target}
+    cost = prompt_cost(ctx, st)
+    if cost is None:
+        return grown
+    prompt, seconds, rate = cost
+    budget = ctx.th.prompt_budget_share * st.slo_ttft
+    ev = ctx.ev(USERS_PROMPT, prompt, lab, budget * rate, e.prompt_tokens_baseline)
+    if not (st.slow_first and seconds > budget):
+        cleared.append(ev)
+        return grown
+    headline = (f"Engine {e.engine}'s users' prompts average {prompt:.0f} tokens: at "
+                f"its prefill rate of {rate:.0f} tokens/s they alone take {secs(seconds)}, "
+                f"{pct(seconds / st.slo_ttft)} of the {secs(st.slo_ttft)} TTFT SLO")
+    evidence = [ev, ctx.ev(PREFILL_RATE, rate, lab)]
+    s = strength(seconds, budget)
+    if grown is not None:
+        base = e.prompt_tokens_baseline or 1.0
+        grown.headline = (f"{headline} ({(e.prompt_tokens_mean or 0.0) / base:.1f}x the "
+                          f"off-peak {base:.0f})")
+        grown.evidence[:0] = evidence
+        grown.strength = min(0.95, max(grown.strength, s) + 0.05)
+        return grown
+    return Finding("application", "long_prompts", {"engine": e.engine}, headline, evidence,
+                   s, FIRST | {"tpot"}, st.probes, unobserved=not st.probes,
+                   fails=frozenset(("timeout",)))
 
 
 def _engine_causes(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Finding]:
@@ -43,18 +107,24 @@ def _engine_causes(ctx: Context, st: EngineState, cleared: list[Evidence]) -> li
          RATE, " gets {v:.3g} requests/s, {r:.1f}x the "
          "off-peak {b:.3g}/s at the same capacity"),
     )
+    grown: Finding | None = None
     for cause, value, base, growth, metric, text in growths:
         if value is None or not base:
             continue
         ev = ctx.ev(metric, value, lab, base * growth, base)
         if st.slow and value > base * growth:
             headline = f"Engine {e.engine}" + text.format(v=value, r=value / base, b=base)
-            out.append(Finding("application", cause, {"engine": e.engine}, headline, [ev],
-                               strength(value, base * growth), FIRST | {"tpot"}, st.probes,
-                               unobserved=not st.probes, fails=frozenset(("timeout",))))
+            f = Finding("application", cause, {"engine": e.engine}, headline, [ev],
+                        strength(value, base * growth), FIRST | {"tpot"}, st.probes,
+                        unobserved=not st.probes, fails=frozenset(("timeout",)))
+            if cause == "long_prompts":
+                grown = f
+            else:
+                out.append(f)
         else:
             cleared.append(ev)
-    return out
+    long = _long_prompts(ctx, st, grown, cleared)
+    return [long, *out] if long is not None else out
 
 
 def _probe_causes(ctx: Context, ps: ProbeSymptoms, states: dict[str, EngineState],
@@ -108,6 +178,31 @@ def _probe_causes(ctx: Context, ps: ProbeSymptoms, states: dict[str, EngineState
     return out
 
 
+def _one_limiter(ctx: Context, found: list[Finding]) -> list[Finding]:
+    """429s come from in front of the engine, upstream of every probe: one finding per
+    engine the limited probes reach (one for unlinked probes), the probes its evidence."""
+    by_engine: dict[str, list[Finding]] = {}
+    for f in found:
+        engines = ctx.engines_of(f.probes[0].probe)
+        by_engine.setdefault(engines[0].engine if engines else "", []).append(f)
+    out = []
+    for engine, group in by_engine.items():
+        if len(group) == 1 and not engine:
+            out.append(group[0])
+            continue
+        probes = tuple(p for f in group for p in f.probes)
+        ratios = [e.value for f in group for e in f.evidence]
+        who = f"engine {engine}'s" if engine else "the"
+        headline = (f"Requests to {who} API are rate limited: {len(probes)} probe(s) get 429 "
+                    f"on {pct(min(ratios))} to {pct(max(ratios))} of their requests"
+                    if len(group) > 1 else group[0].headline)
+        out.append(Finding(
+            "application", "rate_limited", {"engine": engine} if engine else {}, headline,
+            [e for f in group for e in f.evidence], max(f.strength for f in group),
+            group[0].explains, probes, fails=group[0].fails))
+    return out
+
+
 def evaluate(ctx: Context, sick: list[ProbeSymptoms], states: list[EngineState],
              engine_findings: list[Finding]) -> tuple[Step, list[Finding], list[Finding]]:
     """The step, its findings, and the engine findings they absorbed (to drop)."""
@@ -124,8 +219,11 @@ def evaluate(ctx: Context, sick: list[ProbeSymptoms], states: list[EngineState],
                     f.own = f.own or ef.own
                     absorbed.append(ef)
             findings.append(f)
+    per_probe: list[Finding] = []
     for ps in sick:
-        findings.extend(_probe_causes(ctx, ps, by_name, cleared))
+        per_probe.extend(_probe_causes(ctx, ps, by_name, cleared))
+    findings.extend(f for f in per_probe if f.cause != "rate_limited")
+    findings.extend(_one_limiter(ctx, [f for f in per_probe if f.cause == "rate_limited"]))
     # Decided when there was anything to judge: a symptom's outcomes or an engine baseline.
     decided = bool(cleared) or bool(findings) or bool(sick)
     return conclude("application", findings, cleared, decided), findings, absorbed

@@ -86,10 +86,8 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
     scope = {"engine": e.engine, "site": e.site}  # engine names repeat across sites
     out: list[Finding] = []
 
-    own = st.own
-
-    def add(cause: str, headline: str, ev: list[Evidence], s: float, hard: bool = False
-            ) -> None:
+    def add(cause: str, headline: str, ev: list[Evidence], s: float, hard: bool = False,
+            own: bool = st.own) -> None:
         out.append(Finding("engine", cause, dict(scope), headline, ev, s, EXPLAINS[cause],
                            st.probes, hard=hard, unobserved=not st.probes, own=own,
                            fails=FAILS.get(cause, ANY_FAILURE)))
@@ -102,25 +100,23 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
                                (e.itl_p95, metrics.ENGINE_ITL.name, st.slo_tpot)):
         if value is not None:
             cleared.append(ctx.ev(metric, value, lab, slo))
-    if not st.slow:
-        return out
+    # A full cache and a long queue are over their alerts' lines on their own (the engine
+    # pages before the probes feel it); slow prefill or decode needs a slow engine.
     kv = e.kv_cache_usage
-    if kv is not None and kv >= th.kv_cache_usage and e.preemptions > 0:
+    if kv is not None and kv > th.kv_cache_usage and e.preemptions > 0:
         add("kv_cache_pressure", f"Engine {e.engine}'s KV cache is {pct(kv)} full with "
             f"{e.preemptions:.0f} preemption(s) in the window",
             [ctx.ev(metrics.ENGINE_KV_CACHE_USAGE.name, kv, lab, th.kv_cache_usage),
              ctx.ev(metrics.ENGINE_PREEMPTIONS.name, e.preemptions, lab, 0)],
-            strength(e.preemptions, 1.0, 0.75))
+            strength(e.preemptions, 1.0, 0.75), own=True)
     total = e.engine_seconds
     if total is None or e.requests < 1 or total <= 0:
-        return out or None
+        return (out or None) if st.slow else out
     assert e.queue_seconds is not None and e.prefill_seconds is not None
     assert e.decode_seconds is not None
     share = e.queue_seconds / total
     q = ctx.ev(QUEUE_SHARE, share, lab, th.queue_share)
-    full = (e.waiting or 0) > 0 or (e.running is not None and e.running_max is not None
-                                    and e.running >= e.running_max)
-    if share > th.queue_share and (full or (e.waiting is None and e.running is None)):
+    if share > th.queue_share:  # LLMEngineCapacityBound's condition
         ev = [q]
         if e.waiting is not None:
             ev.append(ctx.ev(metrics.ENGINE_REQUESTS_WAITING.name, e.waiting, lab, 0))
@@ -132,10 +128,10 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
         if out:  # queued because the cache cannot admit more: one cause, the cache's
             out[0].evidence.extend(ev)
         else:
-            add("queueing", headline, ev, strength(share, th.queue_share))
+            add("queueing", headline, ev, strength(share, th.queue_share), own=True)
         return out
     cleared.append(q)
-    if out:
+    if out or not st.slow:
         return out
     # Inference dominates: which half. Per-request means say where the time went; the
     # engine's own TTFT / ITL say whether it is over the line.

@@ -34,6 +34,9 @@ FAILS: dict[str, frozenset[str]] = {
 }
 
 MEMORY_RATIO = f"{metrics.GPU_MEMORY_USED.name} / {metrics.GPU_MEMORY_TOTAL.name}"
+#: Causes whose own numbers page (LLMGPUXidError, LLMGPUThrottled, LLMGPUMemoryNearFull):
+#: reported under a fast engine too; the others only explain a slow one.
+OWN = frozenset(("xid_errors", "throttling", "memory_full"))
 
 
 def _causes(ctx: Context, g: GpuWindow, st: EngineState | None,
@@ -53,7 +56,7 @@ def _causes(ctx: Context, g: GpuWindow, st: EngineState | None,
         out.append(("throttling", f"throttled ({', '.join(throttled)})", ev, 0.85))
     if g.memory_used_ratio is not None:
         e = ctx.ev(MEMORY_RATIO, g.memory_used_ratio, lab, th.gpu_memory_ratio)
-        if g.memory_used_ratio >= th.gpu_memory_ratio:
+        if g.memory_used_ratio > th.gpu_memory_ratio:
             out.append(("memory_full", f"memory {pct(g.memory_used_ratio)} full", [e],
                         strength(g.memory_used_ratio, th.gpu_memory_ratio, 0.7)))
         else:
@@ -76,6 +79,12 @@ def _causes(ctx: Context, g: GpuWindow, st: EngineState | None,
     return out
 
 
+def _served(ctx: Context, g: GpuWindow) -> str:
+    """The engine a GPU serves, judged or not: the scope stays put when the engine's own
+    numbers are missing from a window."""
+    return next((e.engine for e in ctx.obs.engines if g in ctx.gpus_of(e)), "")
+
+
 def evaluate(ctx: Context, states: list[EngineState], engine_findings: list[Finding]
              ) -> tuple[Step, list[Finding], list[Finding]]:
     """The step, its findings, and the engine findings they absorbed (to drop)."""
@@ -96,13 +105,13 @@ def evaluate(ctx: Context, states: list[EngineState], engine_findings: list[Find
         decided = True
         st = owners[g.gpu]
         for cause, clause, ev, s in _causes(ctx, g, st, cleared):
-            # Without a slow engine only faults count; a throttled GPU under a fast engine is
-            # not tonight's latency.
-            if st is not None and not st.slow and cause != "xid_errors":
+            # Without a slow engine only what pages counts: an idle GPU under a fast engine
+            # is no one's latency, a throttled one is a fault before it is a symptom.
+            if st is not None and not st.slow and cause not in OWN:
                 continue
-            if st is None and ctx.obs.engines and cause != "xid_errors":
+            if st is None and ctx.obs.engines and cause not in OWN:
                 continue
-            key = (cause, st.engine.engine if st else "")
+            key = (cause, st.engine.engine if st else _served(ctx, g))
             ids, clauses, evs, best = grouped.setdefault(key, ([], [], [], 0.0))
             ids.append(g.gpu)
             clauses.append(clause)
@@ -117,7 +126,8 @@ def evaluate(ctx: Context, states: list[EngineState], engine_findings: list[Find
         under = f" under engine {engine}" if engine else ""
         f = Finding("gpu", cause, scope, f"{which}{under}: {clauses[0]}", evs, s,
                     EXPLAINS[cause], st.probes if st else (), hard=cause == "xid_errors",
-                    unobserved=st is None or not st.probes, own=st is not None and st.own,
+                    unobserved=st is None or not st.probes,
+                    own=cause in OWN or (st is not None and st.own),
                     fails=FAILS.get(cause, frozenset(("timeout",))))
         for ef in engine_findings:
             if ef.scope.get("engine") == engine and ef.cause in ABSORBS.get(cause, ()) \

@@ -61,10 +61,13 @@ def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, 
     where = f"{path.carrier.capitalize()} path to {path.target}"
     out: list[Finding] = []
 
-    def add(cause: str, headline: str, evidence: list[Evidence], s: float) -> None:
+    def add(cause: str, headline: str, evidence: list[Evidence], s: float,
+            own: bool = False) -> None:
+        # own: the path's numbers are over an alert's line (exporter/monitoring/findings.py),
+        # reported whether or not a probe feels it yet.
         out.append(Finding("network", cause, dict(scope), headline, evidence, s,
                            EXPLAINS[cause], riders, unobserved=not riders,
-                           fails=FAILS))
+                           own=own, fails=FAILS))
 
     loss, rtt = path.loss, path.rtt_mean
     loss_e = ctx.ev(metrics.PATH_LOSS.name, loss, labels, th.loss_ratio,
@@ -87,11 +90,13 @@ def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, 
                 if loss_e in peak and loss is not None else
                 f"RTT {secs(rtt or 0)} at peak (off-peak {secs(path.rtt_baseline or 0)})")
         add("peak_congestion", f"{where} {what} in the evening peak", peak,
-            strength(peak[0].value, (peak[0].baseline or 0) * th.drift_ratio))
+            strength(peak[0].value, (peak[0].baseline or 0) * th.drift_ratio),
+            own=loss_e in peak)
     elif loss is not None and loss_e is not None:
         if loss > th.loss_ratio:
             add("packet_loss", f"{where} loses {pct(loss)} of packets (threshold "
-                f"{pct(th.loss_ratio)})", [loss_e], strength(loss, th.loss_ratio, 0.7))
+                f"{pct(th.loss_ratio)})", [loss_e], strength(loss, th.loss_ratio, 0.7),
+                own=True)
         else:
             cleared.append(loss_e)
     # A worse route class than this target's best, or a change: the return path moved
@@ -106,7 +111,8 @@ def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, 
         was = f" from {path.best_route_class}" if worse else ""
         now = f" to {path.route_class}" if path.route_class else ""
         add("route_change", f"{where} changed route{was}{now} "
-            f"({path.route_changes} change(s) in the window)", ev, 0.8 if worse else 0.65)
+            f"({path.route_changes} change(s) in the window)", ev, 0.8 if worse else 0.65,
+            own=worse)
     elif rtt is not None and rtt_e is not None and not peak:
         floor = rtt * th.rtt_round_trips
         if floor > rtt_budget:
@@ -119,7 +125,8 @@ def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, 
         e = ctx.ev(metrics.PATH_JITTER.name, path.jitter, labels, th.jitter_seconds)
         if path.jitter > th.jitter_seconds:
             add("jitter", f"{where} has jitter {secs(path.jitter)} (threshold "
-                f"{secs(th.jitter_seconds)})", [e], strength(path.jitter, th.jitter_seconds))
+                f"{secs(th.jitter_seconds)})", [e], strength(path.jitter, th.jitter_seconds),
+                own=True)
         else:
             cleared.append(e)
     return out
@@ -190,8 +197,9 @@ def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Findin
             p.slo_ttft for p in ctx.obs.probes if on_path(p, path)] or [th.slo_ttft]
         found = _path_findings(ctx, path, riders, min(slos), cleared)
         # A path fault no symptomatic probe rides is only worth naming where no probe rides
-        # it at all (nothing could have shown the symptom); otherwise users do not feel it.
-        findings.extend(f for f in found if riders or not tagged)
+        # it at all (nothing could have shown the symptom), or where its numbers are over an
+        # alert's line (the loss pages before users feel it: the network floor first).
+        findings.extend(f for f in found if riders or not tagged or f.own)
     splits: list[Evidence] = []
     for ps in sick:
         found = _probe_findings(ctx, ps, cleared, splits)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.monitoring import names
+from exporter.monitoring import findings, names
 from exporter.monitoring.names import MODEL, RATE
 from exporter.monitoring.promql import (
     MODEL_TEXT,
@@ -48,45 +48,48 @@ def engine_alerts(config: Config) -> list[Alert]:
                 {"engine_target": engine.name},
             )
         )
-    a = config.alerting
-    slo = config.slo
+    queue_share = findings.threshold("LLMEngineCapacityBound", config)
+    ttft_slo, tpot_slo = (findings.threshold("LLMEngineComputeBound", config, i) for i in (0, 1))
+    kv_full = findings.threshold("LLMEngineKVCacheSaturated", config)
     ttft_p95 = names.ENGINE_TTFT.p95
     itl_p95 = names.ENGINE_ITL.p95
     kv = metrics.ENGINE_KV_CACHE_USAGE.name
     alerts += [
         Alert(
             "LLMEngineCapacityBound",
-            f"{names.ENGINE_QUEUE_SHARE} > {num(a.queue_share_ratio)}",
+            f"{names.ENGINE_QUEUE_SHARE} > {num(queue_share)}",
             "warning",
             "Requests wait in the engine queue: the engine is capacity-bound.",
             f"{MODEL_TEXT} spends {VALUE_PERCENT} of request time queued before "
-            f"prefill over {RATE} (threshold {pct(a.queue_share_ratio)}).",
+            f"prefill over {RATE} (threshold {pct(queue_share)}).",
             "10m",
         ),
         Alert(
             "LLMEngineComputeBound",
-            f"{names.ENGINE_INFERENCE_SHARE} > {num(1 - a.queue_share_ratio)}\n"
+            f"{names.ENGINE_INFERENCE_SHARE} > {num(1 - queue_share)}\n"
             f"and on ({MODEL.by})\n"
-            + paren(f"{ttft_p95} > {num(slo.ttft_p95_seconds)}", "or",
-                    f"{itl_p95} > {num(slo.tpot_p95_seconds)}"),
+            + paren(f"{ttft_p95} > {num(ttft_slo)}", "or",
+                    f"{itl_p95} > {num(tpot_slo)}"),
             "warning",
             "Engine latency is over the SLO with little queueing: the engine is "
             "compute-bound.",
             f"{MODEL_TEXT} spends {VALUE_PERCENT} of request time in prefill and decode "
-            f"(threshold {pct(1 - a.queue_share_ratio)}) while its P95 TTFT is over "
-            f"{human_seconds(slo.ttft_p95_seconds)} or its P95 inter-token latency over "
-            f"{human_seconds(slo.tpot_p95_seconds)}.",
+            f"(threshold {pct(1 - queue_share)}) while its P95 TTFT is over "
+            f"{human_seconds(ttft_slo)} or its P95 inter-token latency over "
+            f"{human_seconds(tpot_slo)}.",
             "10m",
         ),
         Alert(
             "LLMEngineKVCacheSaturated",
-            f"max by ({MODEL.by}) ({kv}) > {num(a.kv_cache_usage_ratio)}\n"
+            # Its fullest over the window, as the chain reads it: a preempting cache frees
+            # blocks as it preempts, so the instant value can read below full.
+            f"max by ({MODEL.by}) (max_over_time({kv}[{RATE}])) > {num(kv_full)}\n"
             f"and on ({MODEL.by})\n"
             f"{rate_sum(MODEL, metrics.ENGINE_PREEMPTIONS.name)} > 0",
             "warning",
             "The engine's KV cache is full and requests are being preempted.",
             f"{MODEL_TEXT} KV cache is {VALUE_PERCENT} full (threshold "
-            f"{pct(a.kv_cache_usage_ratio)}) and the scheduler is preempting requests.",
+            f"{pct(kv_full)}) and the scheduler is preempting requests.",
             "5m",
         ),
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config
+from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     GPU_TEXT,
     VALUE_NUMBER,
@@ -17,8 +18,8 @@ from exporter.monitoring.rule import Alert
 
 
 def gpu_alerts(config: Config) -> list[Alert]:
-    a = config.alerting
-    memory = a.gpu_memory_ratio
+    memory = findings.threshold("LLMGPUMemoryNearFull", config)
+    reasons, share = (findings.threshold("LLMGPUThrottled", config, i) for i in (0, 1))
     events = metrics.GPU_CLOCK_EVENT.name
     xid = metrics.GPU_XID_ERRORS.name
     return [
@@ -32,12 +33,12 @@ def gpu_alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             "LLMGPUThrottled",
-            f'avg_over_time({events}{{reason=~"{alternation(a.throttle_reasons)}"}}[10m])'
-            f" > {num(a.throttle_share)}",
+            f'avg_over_time({events}{{reason=~"{alternation(reasons)}"}}[10m])'
+            f" > {num(share)}",
             "warning",
             "A GPU's clocks are held down by a slowdown or thermal event.",
             f"{GPU_TEXT} clocks were held down by {lbl('reason')} {VALUE_PERCENT} of the "
-            f"last 10m (threshold {pct(a.throttle_share)}).",
+            f"last 10m (threshold {pct(share)}).",
             "5m",
         ),
         Alert(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.monitoring import names
+from exporter.monitoring import findings, names
 from exporter.monitoring.names import PATH, RATE, ROUTE
 from exporter.monitoring.promql import (
     PATH_TEXT,
@@ -22,7 +22,8 @@ from exporter.monitoring.rule import Alert
 
 
 def path_alerts(config: Config) -> list[Alert]:
-    slo = config.slo
+    loss = findings.threshold("LLMPathPacketLoss", config)
+    jitter_max = findings.threshold("LLMPathJitterHigh", config)
     jitter = metrics.PATH_JITTER.name
     info = metrics.PATH_ROUTE_INFO.name
     lookback = prom_duration(config.alerting.route_lookback)
@@ -30,11 +31,11 @@ def path_alerts(config: Config) -> list[Alert]:
     return [
         Alert(
             "LLMPathPacketLoss",
-            f"{names.PATH_LOSS} > {num(slo.loss_ratio)}",
+            f"{names.PATH_LOSS} > {num(loss)}",
             "warning",
             "Packet loss on a carrier path is over the SLO.",
             f"{PATH_TEXT} lost {VALUE_PERCENT} of probe packets over {RATE} (threshold "
-            f"{pct(slo.loss_ratio)}).",
+            f"{pct(loss)}).",
             "10m",
         ),
         Alert(
@@ -42,11 +43,11 @@ def path_alerts(config: Config) -> list[Alert]:
             # RFC 3550's estimator, the one kept across bursts (see metrics.py).
             f"avg by ({PATH.by}) (avg_over_time("
             f'{jitter}{{method="{metrics.PATH_JITTER_RFC3550}"}}[{RATE}]))'
-            f" > {num(slo.jitter_seconds)}",
+            f" > {num(jitter_max)}",
             "warning",
             "Jitter on a carrier path is over the SLO.",
             f"{PATH_TEXT} RFC 3550 jitter averaged {VALUE_SECONDS} over {RATE} (threshold "
-            f"{human_seconds(slo.jitter_seconds)}).",
+            f"{human_seconds(jitter_max)}).",
             "10m",
         ),
         Alert(

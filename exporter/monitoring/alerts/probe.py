@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config, ProbeConfig
-from exporter.monitoring import names
+from exporter.monitoring import findings, names
 from exporter.monitoring.names import PROBE, RATE
 from exporter.monitoring.promql import (
     PROBE_TEXT,
@@ -69,7 +69,7 @@ def probe_alerts(config: Config) -> list[Alert]:
                     {"slo": human_seconds(threshold)},
                 )
             )
-    failure = config.slo.probe_failure_ratio
+    failure = findings.threshold("LLMProbeFailureRatioHigh", config)
     alerts.append(
         Alert(
             "LLMProbeFailureRatioHigh",
@@ -82,7 +82,7 @@ def probe_alerts(config: Config) -> list[Alert]:
             "10m",
         )
     )
-    stall = config.alerting.stall_seconds
+    stall = findings.threshold("LLMProbeStreamStalls", config)
     alerts.append(
         Alert(
             "LLMProbeStreamStalls",

@@ -110,12 +110,15 @@ class Lab:
     def faults(self) -> Faults:
         return Faults().merged(self.scenario.simulator.faults)
 
-    @property
-    def probe_count(self) -> tuple[int, int]:
-        """Finished probe requests in the window, per probe (interval jitter and the
-        spacing between probes allow a tenth either way)."""
-        n = self.config.diagnosis.window / self.config.probes[0].interval
-        return math.floor(n * 0.85), math.ceil(n * 1.1)
+    def probe_count(self, answer: float) -> tuple[int, int]:
+        """Finished requests of one probe in the window when an answer takes up to
+        ``answer`` seconds: a probe runs once per interval, or back to back when its answer
+        takes longer (a run still in flight holds the next); a tenth either way for the
+        interval's jitter and the spacing between probes."""
+        probe = self.config.probes[0]
+        period = max(probe.interval, min(answer, probe.timeouts.total))
+        window = self.config.diagnosis.window
+        return math.floor(window / period * 0.85), math.ceil(window / probe.interval * 1.1)
 
 
 def engine_model(lab: Lab) -> dict[str, Range]:
@@ -132,12 +135,15 @@ def engine_model(lab: Lab) -> dict[str, Range]:
         return faults.slow_first_token + math.ceil(prompt / cfg.max_num_batched_tokens) * step \
             + prompt / cfg.prefill_tps + tokens * step
 
-    def busy(step: float) -> float:
+    def busy(step: float, probes: float) -> float:
         return (load.rate * occupancy(load.prompt_tokens, load.max_tokens, step)
-                + probe_rate * occupancy(PROBE_PROMPT_MAX, probe.max_tokens, step))
+                + probes * occupancy(PROBE_PROMPT_MAX, probe.max_tokens, step))
 
+    # The probes run at most once per interval and never two runs at once, so their share
+    # of the load shrinks as answers slow down: the lower bound counts the load alone.
     arrivals = load.rate + probe_rate
-    rho = (busy(step_lo) / cfg.max_num_seqs, busy(step_hi) / cfg.max_num_seqs)
+    rho = (busy(step_lo, 0.0) / cfg.max_num_seqs,
+           busy(step_hi, probe_rate) / cfg.max_num_seqs)
     occ_lo = occupancy(1, 1, step_lo)
     occ_hi = max(occupancy(load.prompt_tokens, load.max_tokens, step_hi),
                  occupancy(PROBE_PROMPT_MAX, probe.max_tokens, step_hi))
@@ -146,7 +152,7 @@ def engine_model(lab: Lab) -> dict[str, Range]:
         math.ceil(max(load.prompt_tokens, PROBE_PROMPT_MAX) / cfg.max_num_batched_tokens) + 1)
     if rho[1] < 1:
         # Erlang C (M/M/c, a bound for the simulator's near-deterministic service).
-        wait_hi = erlang_wait(arrivals, busy(step_hi) / arrivals, cfg.max_num_seqs)
+        wait_hi = erlang_wait(arrivals, busy(step_hi, probe_rate) / arrivals, cfg.max_num_seqs)
         wait = (0.0, wait_hi)
         share = (0.0, wait_hi / (wait_hi + occ_lo))
     elif rho[0] > MARGIN and load.concurrency > cfg.max_num_seqs:
@@ -181,7 +187,6 @@ def probe_symptoms(lab: Lab, eng: dict[str, Range]) -> list[Sick]:
     probe = lab.config.probes[0]
     tokens = probe.max_tokens
     faults, timeouts = lab.faults, probe.timeouts
-    n_lo, n_hi = lab.probe_count
     out = []
     for p in lab.config.probes:
         carrier = p.carrier or ""
@@ -194,6 +199,7 @@ def probe_symptoms(lab: Lab, eng: dict[str, Range]) -> list[Sick]:
         total = (ttft[0] + (tokens - 1) * eng["itl"][0] + stall,
                  ttft[1] + (tokens - 1) * eng["itl"][1] + stall + 2 * j
                  + (TCP_RTO_MIN + d if loss else 0.0))
+        n_lo, n_hi = lab.probe_count(total[1])
         found: set[str] = set()
         kind = ""
         first = over(ttft, slo_ttft)

@@ -8,8 +8,8 @@ Each draw picks knob values inside the lab's ranges (per-carrier loss 0-15 %, de
 20-300 ms, jitter, stalls, route changes; engine capacity, prefill and decode speed; GPU
 states; load rate and prompt size; probe timeouts; the SLOs and the diagnosis window), builds
 the scenario, and keeps it only when the expected answer is decided with the margins of
-``expect.py`` and has the intended shape (no verdict, one, or two in different layers);
-otherwise it draws again. The same seed gives the same scenarios.
+``expect.py`` and has the intended shape (no verdict with every knob under its line, one
+verdict, or two in different layers); otherwise it draws again. The same seed gives the same scenarios.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.config.values import format_duration
 from exporter.diagnosis.thresholds import Thresholds, resolve
-from tests.support.lab.expect import Ambiguous, Lab, expected, route_alternatives
+from tests.support.lab.expect import Ambiguous, Lab, expected, quiet, route_alternatives
 from tests.support.lab.runner import DIAGNOSIS, exporter_config
 from tests.support.lab.scenario import CARRIERS, Scenario
 
@@ -168,7 +168,7 @@ def _slos(rng: random.Random, spec: Spec) -> None:
 
 def lab_of(scenario: Scenario) -> Lab:
     """The scenario with the config the runner would generate for it, and its thresholds."""
-    config = _config(json.dumps([scenario.exporter, scenario.probes.model_dump()],
+    config = _config(json.dumps([scenario.exporter, _durations(scenario.probes.model_dump())],
                                 sort_keys=True))
     return Lab(scenario, config, resolve(config))
 
@@ -205,7 +205,8 @@ def _plan(rng: random.Random, intent: str) -> list[tuple[str, str]]:
         kind = rng.choice([*NETWORK, *OTHER])
         return [net((kind,))] if kind in NETWORK else [(kind, "")]
     # Healthy: up to three carriers' knobs turned below their lines.
-    return [net(("delay", "jitter", "loss", "stall")) for _ in range(rng.randint(1, 3))]
+    return [(rng.choice(("delay", "jitter", "loss", "stall")), c)
+            for c in rng.sample(CARRIERS, rng.randint(1, 3))]
 
 
 def _turn(rng: random.Random, spec: Spec, kind: str, carrier: str, th: Thresholds) -> None:
@@ -233,7 +234,8 @@ def draw(rng: random.Random, intent: str, seed: int) -> Scenario:
                 expect = expected(lab_of(_build(spec, "")))
             except (Ambiguous, ValueError):
                 continue  # ValueError: a draw the format refuses (jitter over delay)
-            if len(expect) != want:
+            if len(expect) != want or (intent == "healthy" and not quiet(lab_of(_build(
+                    spec, "")))):
                 continue
             names = " + ".join(f"{k}@{c}" if c else k for k, c in plan)
             given = ", ".join(f"{e['layer']}/{e['cause']}" for e in expect) or "healthy"

@@ -20,7 +20,6 @@ scenario it keeps has one right answer.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ from exporter.config.models import Config
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import Faults
-from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Scenario, hop_networks
+from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Scenario
 
 MARGIN = 1.3
 CERTAIN = 0.98
@@ -416,41 +415,3 @@ def expected(lab: Lab) -> list[dict[str, object]]:
         out.append({"layer": f.layer, "cause": f.cause, "scope": f.scope})
     return out
 
-
-@functools.cache
-def route_alternatives(carrier: str, th: Thresholds) -> tuple[str, ...]:
-    """Networks of the route table whose class ranks below the carrier's default route."""
-    from exporter.checks.path.routes import load_table
-
-    table = load_table()
-    single = {next(iter(r.networks)): r.route_class for r in table.rules if len(r.networks) == 1}
-    here = th.route_rank(single[DEFAULT_HOPS[carrier][0]])
-    return tuple(sorted(n for n, c in single.items() if th.route_rank(c) > here
-                        and hop_networks(n) == [n]))
-
-
-
-def quiet(lab: Lab) -> bool:
-    """No knob over any line, felt or not: a healthy run in the strict sense, where the
-    generated alerts stay quiet too (a lossy path nobody's probe feels is no verdict, yet
-    its loss alert pends)."""
-    th, g, (slo_ttft, _) = lab.th, lab.scenario.gpu, slo(lab)
-    paths = lab.config.paths
-    assert paths is not None
-    bursts = lab.config.diagnosis.window / paths.interval
-    n = math.ceil(bursts * 1.1) * paths.burst
-    try:
-        for carrier in CARRIERS:
-            p = lab.scenario.path(carrier)
-            rtt = (p.delay * 0.9, p.delay * 1.1 + p.jitter + 0.005)
-            if (p.hops is not None and p.hops != list(DEFAULT_HOPS[carrier])) or need(
-                    drawn(n, n, p.loss, p.loss, th.loss_ratio) if p.loss else False) or need(
-                    over((rtt[0] * th.rtt_round_trips, rtt[1] * th.rtt_round_trips),
-                         th.rtt_budget_share * slo_ttft)) or need(
-                    over((p.jitter / 2, p.jitter), th.jitter_seconds)) or need(
-                    over((p.stall, p.stall), th.stall_seconds)):
-                return False
-    except Ambiguous:
-        return False
-    return not (set(g.throttle) & set(th.throttle_reasons) or g.memory_used >= th.gpu_memory_ratio
-                or lab.faults.rate_limit_rate or lab.scenario.simulator.down)

@@ -18,6 +18,7 @@ import argparse
 import datetime as dt
 import functools
 import json
+import math
 import random
 import sys
 from collections.abc import Callable
@@ -31,9 +32,9 @@ from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.config.values import format_duration
 from exporter.diagnosis.thresholds import Thresholds, resolve
-from tests.support.lab.expect import Ambiguous, Lab, expected, quiet, route_alternatives
+from tests.support.lab.expect import Ambiguous, Lab, drawn, expected, need, over, slo
 from tests.support.lab.runner import DIAGNOSIS, exporter_config
-from tests.support.lab.scenario import CARRIERS, Scenario
+from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Scenario, hop_networks
 
 Spec = dict[str, Any]
 #: Draws per scenario before the generator gives up on an intent.
@@ -56,6 +57,45 @@ def _round(x: float, digits: int = 3) -> float:
 def _dur(x: float) -> str:
     """Seconds as the scenario format writes a duration (whole milliseconds)."""
     return format_duration(round(x, 3))
+
+
+@functools.cache
+def route_alternatives(carrier: str, th: Thresholds) -> tuple[str, ...]:
+    """Networks of the route table whose class ranks below the carrier's default route."""
+    from exporter.checks.path.routes import load_table
+
+    table = load_table()
+    single = {next(iter(r.networks)): r.route_class for r in table.rules if len(r.networks) == 1}
+    here = th.route_rank(single[DEFAULT_HOPS[carrier][0]])
+    return tuple(sorted(n for n, c in single.items() if th.route_rank(c) > here
+                        and hop_networks(n) == [n]))
+
+
+
+def quiet(lab: Lab) -> bool:
+    """No knob over any line, felt or not: a healthy run in the strict sense, where the
+    generated alerts stay quiet too (a lossy path nobody's probe feels is no verdict, yet
+    its loss alert pends)."""
+    th, g, (slo_ttft, _) = lab.th, lab.scenario.gpu, slo(lab)
+    paths = lab.config.paths
+    assert paths is not None
+    bursts = lab.config.diagnosis.window / paths.interval
+    n = math.ceil(bursts * 1.1) * paths.burst
+    try:
+        for carrier in CARRIERS:
+            p = lab.scenario.path(carrier)
+            rtt = (p.delay * 0.9, p.delay * 1.1 + p.jitter + 0.005)
+            if (p.hops is not None and p.hops != list(DEFAULT_HOPS[carrier])) or need(
+                    drawn(n, n, p.loss, p.loss, th.loss_ratio) if p.loss else False) or need(
+                    over((rtt[0] * th.rtt_round_trips, rtt[1] * th.rtt_round_trips),
+                         th.rtt_budget_share * slo_ttft)) or need(
+                    over((p.jitter / 2, p.jitter), th.jitter_seconds)) or need(
+                    over((p.stall, p.stall), th.stall_seconds)):
+                return False
+    except Ambiguous:
+        return False
+    return not (set(g.throttle) & set(th.throttle_reasons) or g.memory_used >= th.gpu_memory_ratio
+                or lab.faults.rate_limit_rate or lab.scenario.simulator.down)
 
 
 # --- knobs: each sets one fault on a spec, drawn from its range -----------------------------

@@ -74,8 +74,10 @@ def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetim
               "end": (far + dt.timedelta(minutes=30)).strftime("%H:%M")}
     timeouts: dict[str, str | float] = {
         **PROBE_TIMEOUTS, **{k: format_duration(v) for k, v in scenario.probes.timeouts.items()}}
-    probe = {"model": "simulated-model", "interval": "1s", "max_tokens": 16,
-             "min_spacing": "100ms", "engine": "sim", "timeouts": timeouts}
+    interval = scenario.probes.interval
+    probe = {"model": "simulated-model",
+             "interval": "1s" if interval is None else format_duration(interval),
+             "max_tokens": 16, "min_spacing": "100ms", "engine": "sim", "timeouts": timeouts}
     probes = [{"name": "local", "url": f"http://{SITE_ADDR}:{SIM_PORT}/v1/chat/completions",
                **probe}]
     probes += [{"name": c, "url": f"http://{targets[c]}:{PROXY_PORT}/v1/chat/completions",

@@ -151,6 +151,8 @@ class Probes(StrictModel):
     #: client whose patience is shorter than a normal answer (``client_timeouts``).
     timeouts: dict[Literal["connect", "first_token", "total"], Duration] = Field(
         default_factory=dict)
+    #: Instead of the lab's 1 s (benchmarks/diagnosis_latency.py runs the config default).
+    interval: Duration | None = None
 
 
 class Expected(StrictModel):

@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,8 +59,11 @@ def run_one(path: str, sources: tuple[str, ...]) -> dict[str, Any]:
                                   for v in d.get("verdicts", [])]}
                for src, (d, why) in results.items()}
         return {"file": path, "results": out, "seconds": round(time.monotonic() - started)}
-    except LabError as exc:
-        return {"file": path, "error": str(exc), "seconds": round(time.monotonic() - started)}
+    except (LabError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        # The lab could not finish this run (a part that did not start, a diagnose that
+        # timed out on a loaded machine): a lab error, counted apart from the verdicts.
+        return {"file": path, "error": f"{type(exc).__name__}: {exc}",
+                "seconds": round(time.monotonic() - started)}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -183,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         futures = {pool.submit(run_one, f, sources): i for i, f in enumerate(files)}
         for fut in cf.as_completed(futures):
             i = futures[fut]
-            runs[i] = fut.result()
+            try:
+                runs[i] = fut.result()
+            except Exception as exc:  # one run's bug must not lose the others
+                runs[i] = {"file": files[i], "error": f"{type(exc).__name__}: {exc}",
+                           "seconds": 0}
             r = runs[i]
             got = r.get("error") or {s: [_key(v) for v in x["verdicts"]] or HEALTHY
                                      for s, x in r["results"].items()}

@@ -8,6 +8,7 @@ CI=true, where it fails (tests/support/netlab.py, require_lab).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -86,13 +87,15 @@ def test_a_knob_at_its_threshold_is_ambiguous() -> None:
                                   simulator={"faults": {"slow_first_token": 1.5}})))
 
 
-SAMPLED = generate(SAMPLE_SEED, SAMPLE_N)
+@functools.cache
+def sampled() -> list[Scenario]:
+    return generate(SAMPLE_SEED, SAMPLE_N)  # at run time, not when the suite is collected
 
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("index", SAMPLE, ids=[f"gen-{SAMPLE_SEED}-{i}" for i in SAMPLE])
 def test_generated_scenario_gives_its_expected_diagnosis(index: int, tmp_path: Path) -> None:
-    scenario = SAMPLED[index]
+    scenario = sampled()[index]
     require_lab()
     require("prometheus")
     results = run_scenario(scenario, tmp_path, tuple(scenario.sources))

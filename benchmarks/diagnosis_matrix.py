@@ -154,7 +154,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def rewrite(doc: Path, section: str) -> None:
-    text = doc.read_text(encoding="utf-8")
+    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
     if START in text and END in text:
         head, rest = text.split(START, 1)
         text = head + section + rest.split(END, 1)[1]
@@ -205,12 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         "sources": {s: tally(scenarios, runs, s) for s in sources},
         "runs": runs,
     }
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     section = markdown(report)
     print(section)
     if args.out:
         rewrite(args.out, section)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     return 0 if all(meets_target(t) for t in report["sources"].values()) else 1
 
 

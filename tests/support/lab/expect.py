@@ -235,6 +235,11 @@ def probe_symptoms(lab: Lab, eng: dict[str, Range]) -> list[Sick]:
         maybe = bool(loss) and drawn(n_lo, n_hi, 0.0, loss**2, th.failure_ratio) is not False
         if maybe and not found:
             raise Ambiguous
+        if found and n_lo < th.min_requests:
+            # Answers so slow that the window may hold too few of them to judge the probe.
+            if n_hi >= th.min_requests:
+                raise Ambiguous
+            continue
         if found:
             out.append(Sick(p.name, carrier, found, kind, maybe))
     return out

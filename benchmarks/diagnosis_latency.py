@@ -38,7 +38,7 @@ from typing import Any
 from exporter.config.models import ProbeConfig
 from exporter.config.policy import DiagnosisConfig
 from exporter.config.values import format_duration
-from tests.support.lab.runner import BASELINE_LOAD, DIAGNOSIS_PATH, SLO, LabRun
+from tests.support.lab.runner import BASELINE_LOAD, DIAGNOSIS_PATH, SIM_PORT, SLO, LabRun
 from tests.support.lab.scenario import Scenario
 from tests.support.netlab import lab_unavailable
 
@@ -87,18 +87,22 @@ def measure(cause: str, config: str, healthy: float, cap: float) -> dict[str, An
     layer, name, applied, before = CAUSES[cause]
     extra = configs()[config]
     # The run times its own phases: the scenario's baseline only keeps the paths and the GPU
-    # healthy until apply(), and its settle bounds the background load (which ends after
-    # 210 s; a longer healthy phase continues with the probes alone).
+    # healthy until apply(). Its own load is off (a scenario's lasts three minutes at most);
+    # the lab's healthy load runs from the start to the end of the run instead, so the step
+    # changes only the cause.
     scenario = Scenario.model_validate({
         "description": f"{cause} under the {config} config", "baseline": "1s",
-        "settle": "179s", "expect": [],
-        # The lab's healthy load before and after: the step changes only the cause.
-        "load": BASELINE_LOAD.model_dump(),
-        **extra, **applied})
+        "settle": "179s", "expect": [], "load": {"rate": 0}, **extra, **applied})
+    b = BASELINE_LOAD
     workdir = Path(tempfile.mkdtemp(prefix="lle-latency-"))
     out: dict[str, Any] = {"cause": cause, "config": config, "expected": f"{layer}/{name}"}
     try:
         with LabRun(scenario, workdir) as run:
+            run.spawn(run.net.site, "healthy-load", [
+                sys.executable, "-m", "tests.support.lab.load",
+                f"http://127.0.0.1:{SIM_PORT}/v1/chat/completions",
+                f"--phase={healthy + cap + 30}:{b.rate}:{b.prompt_tokens}:{b.max_tokens}:"
+                f"{b.concurrency}"])
             if before:
                 run.sim_post("/admin/faults", before)
             time.sleep(healthy)

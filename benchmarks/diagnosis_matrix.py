@@ -74,8 +74,9 @@ def score(scenario: Scenario, given: dict[str, Any]) -> dict[str, Any]:
     verdicts = given["verdicts"]
     diagnosis = {"verdicts": verdicts, "status": given["status"]}
     primary_ok = not match(expect[:1], diagnosis)
-    # A secondary is reported when any later verdict fits it (match() on that one verdict).
-    secondaries = [any(not match([want], {"verdicts": [v]}) for v in verdicts[1:])
+    # A secondary is reported when any verdict fits it (match() on that one verdict); it is
+    # of another layer than the primary, so no verdict fits both.
+    secondaries = [any(not match([want], {"verdicts": [v]}) for v in verdicts)
                    for want in expect[1:]]
     return {
         "expected": _key(expect[0] if expect else None),
@@ -172,7 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="Markdown file whose marked section is rewritten")
     ap.add_argument("--json", type=Path, help="write the whole report as JSON here")
     ap.add_argument("--keep", type=Path, help="write the scenario files here (else a temp dir)")
+    ap.add_argument("--rescore", type=Path,
+                    help="score the runs of an earlier --json again (same --seed and --n)")
     args = ap.parse_args(argv)
+    if args.rescore:
+        earlier = json.loads(args.rescore.read_text(encoding="utf-8"))
+        scenarios = generate(earlier["seed"], earlier["n"])
+        earlier["sources"] = {s: tally(scenarios, earlier["runs"], s) for s in earlier["sources"]}
+        return report_out(earlier, args)
     if (why := lab_unavailable()) is not None:
         print(f"error: the lab cannot run here: {why}", file=sys.stderr)
         return 2
@@ -205,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         "sources": {s: tally(scenarios, runs, s) for s in sources},
         "runs": runs,
     }
+    return report_out(report, args)
+
+
+def report_out(report: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     section = markdown(report)

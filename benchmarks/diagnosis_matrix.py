@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="Markdown file whose marked section is rewritten")
     ap.add_argument("--json", type=Path, help="write the whole report as JSON here")
     ap.add_argument("--keep", type=Path, help="write the scenario files here (else a temp dir)")
+    ap.add_argument("--only", help="run only these indices of the generated list (1,5,9)")
     ap.add_argument("--rescore", type=Path,
                     help="score the runs of an earlier --json again (same --seed and --n)")
     args = ap.parse_args(argv)
@@ -186,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sources = tuple(s for s in args.sources.split(",") if s)
     scenarios = generate(args.seed, args.n)
+    if args.only:
+        scenarios = [scenarios[int(i)] for i in args.only.split(",")]
     folder = args.keep or Path(tempfile.mkdtemp(prefix="lle-matrix-files-"))
     files = [str(p) for p in write(scenarios, folder)]
     started = time.monotonic()

@@ -73,6 +73,13 @@ def drawn(n_lo: int, n_hi: int, p_lo: float, p_hi: float, share: float) -> Tri:
     return None
 
 
+def either(a: Tri, b: Tri) -> Tri:
+    """True when one is, False when both are not, else undecided."""
+    if a is True or b is True:
+        return True
+    return None if a is None or b is None else False
+
+
 def need(value: Tri) -> bool:
     if value is None:
         raise Ambiguous
@@ -223,7 +230,7 @@ def probe_symptoms(lab: Lab, eng: dict[str, Range]) -> list[Sick]:
         limited = faults.rate_limit_rate
         fails_429 = drawn(n_lo // 2, n_hi, limited, limited, th.failure_ratio) if limited \
             else False
-        late = over(total, timeouts.total) or over(ttft, timeouts.first_token)
+        late = either(over(total, timeouts.total), over(ttft, timeouts.first_token))
         if need(late) is True:
             found.add("failures")
             kind = "timeout"

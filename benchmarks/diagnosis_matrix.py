@@ -179,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.rescore:
         earlier = json.loads(args.rescore.read_text(encoding="utf-8"))
-        scenarios = generate(earlier["seed"], earlier["n"])
+        scenarios = generate(earlier["seed"], earlier["generated"])
+        if earlier["only"]:
+            scenarios = [scenarios[int(i)] for i in earlier["only"].split(",")]
         earlier["sources"] = {s: tally(scenarios, earlier["runs"], s) for s in earlier["sources"]}
         return report_out(earlier, args)
     if (why := lab_unavailable()) is not None:
@@ -212,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     report = {
         "date": dt.date.today().isoformat(), "command": command, "seed": args.seed,
-        "n": args.n, "wall_minutes": round((time.monotonic() - started) / 60, 1),
+        "n": len(scenarios), "generated": args.n, "only": args.only,
+        "wall_minutes": round((time.monotonic() - started) / 60, 1),
         "sources": {s: tally(scenarios, runs, s) for s in sources},
         "runs": runs,
     }

@@ -8,7 +8,9 @@ Modules: ``scenario`` (the file format and loader), ``topology`` (namespaces, ro
 proxies, nftables drops), ``runner`` (one run, start to cleanup, and the comparison),
 ``exporter_main`` (the exporter with the fake NVML), ``load`` (background requests) and
 ``delay_proxy`` (the TCP delay proxy; standalone on purpose); ``fleet`` builds the fleet of
-docs/scaling.md on the same carrier paths (tests/test_fleet.py). Needs root, ``ip``, ``nft``
+docs/scaling.md on the same carrier paths (tests/test_fleet.py); ``generate`` composes seeded
+scenarios whose expected verdicts ``expect`` derives from their knobs and thresholds
+(benchmarks/diagnosis_matrix.py). Needs root, ``ip``, ``nft``
 (and ``prometheus`` for that source). docs/diagnosis.md, "Scenario lab", has the commands.
 """
 

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from exporter.config.load import load_config
+from exporter.config.values import format_duration
 from exporter.monitoring import findings, generate
 from tests.support import ROOT
 from tests.support.lab.scenario import (
@@ -47,6 +48,8 @@ BASELINE_LOAD = Load(rate=2, prompt_tokens=256, max_tokens=32)
 DIAGNOSIS = {"window": "30s", "interval": "2s", "history": "10m", "min_requests": 3}
 SLO = {"ttft_p95_seconds": 1.0, "tpot_p95_seconds": 0.1}
 DIAGNOSIS_PATH = "/api/v1/diagnosis"
+#: The probes' timeouts unless a scenario's ``probes.timeouts`` changes them.
+PROBE_TIMEOUTS: dict[str, str | float] = {"connect": "2s", "first_token": "10s", "total": "20s"}
 
 PROMETHEUS = """
 global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
@@ -70,9 +73,12 @@ def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetim
     far = now.astimezone(dt.UTC) + dt.timedelta(hours=12)
     window = {"start": far.strftime("%H:%M"),
               "end": (far + dt.timedelta(minutes=30)).strftime("%H:%M")}
-    probe = {"model": "simulated-model", "interval": "1s", "max_tokens": 16,
-             "min_spacing": "100ms", "engine": "sim",
-             "timeouts": {"connect": "2s", "first_token": "10s", "total": "20s"}}
+    timeouts: dict[str, str | float] = {
+        **PROBE_TIMEOUTS, **{k: format_duration(v) for k, v in scenario.probes.timeouts.items()}}
+    interval = scenario.probes.interval
+    probe = {"model": "simulated-model",
+             "interval": "1s" if interval is None else format_duration(interval),
+             "max_tokens": 16, "min_spacing": "100ms", "engine": "sim", "timeouts": timeouts}
     probes = [{"name": "local", "url": f"http://{SITE_ADDR}:{SIM_PORT}/v1/chat/completions",
                **probe}]
     probes += [{"name": c, "url": f"http://{targets[c]}:{PROXY_PORT}/v1/chat/completions",

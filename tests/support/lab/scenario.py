@@ -144,6 +144,17 @@ class Gpu(StrictModel):
     memory_used: Ratio = 0.8  # share of the memory in use
 
 
+class Probes(StrictModel):
+    """The lab's probes (one per carrier and the local one), as the scenario changes them."""
+
+    #: Merged over the lab's probe timeouts (connect 2s, first_token 10s, total 20s): a
+    #: client whose patience is shorter than a normal answer (``client_timeouts``).
+    timeouts: dict[Literal["connect", "first_token", "total"], Duration] = Field(
+        default_factory=dict)
+    #: Instead of the lab's 1 s (benchmarks/diagnosis_latency.py runs the config default).
+    interval: Duration | None = None
+
+
 class Expected(StrictModel):
     layer: str
     cause: str
@@ -173,6 +184,7 @@ class Scenario(StrictModel):
     load: Load = Load()
     paths: dict[Literal["mobile", "unicom", "telecom"], CarrierPath] = Field(default_factory=dict)
     gpu: Gpu = Gpu()
+    probes: Probes = Probes()
     #: Merged into the generated exporter config (slo:, diagnosis:, alerting:).
     exporter: dict[Literal["slo", "diagnosis", "alerting"], dict[str, Any]] = Field(
         default_factory=dict)

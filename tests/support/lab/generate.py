@@ -1,0 +1,334 @@
+"""A seeded generator of lab scenarios: healthy ones, single faults and double faults
+(a network fault on one carrier with an engine, GPU or application fault), each with the
+verdicts ``expect.py`` derives from its knobs and the run's thresholds.
+
+    python -m tests.support.lab.generate --seed 7 --n 20 --out /tmp/scenarios
+
+Each draw picks knob values inside the lab's ranges (per-carrier loss 0-15 %, delay
+20-300 ms, jitter, stalls, route changes; engine capacity, prefill and decode speed; GPU
+states; load rate and prompt size; probe timeouts; the SLOs and the diagnosis window), builds
+the scenario, and keeps it only when the expected answer is decided with the margins of
+``expect.py`` and has the intended shape (no verdict with every knob under its line, one
+verdict, or two in different layers); otherwise it draws again. The same seed gives the same scenarios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import json
+import math
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter import metrics
+from exporter.config.load import parse_config
+from exporter.config.models import Config
+from exporter.config.values import format_duration
+from exporter.diagnosis.thresholds import Thresholds, resolve
+from tests.support.lab.expect import Ambiguous, Lab, drawn, expected, need, over, slo
+from tests.support.lab.runner import DIAGNOSIS, exporter_config
+from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Scenario, hop_networks
+
+Spec = dict[str, Any]
+#: Draws per scenario before the generator gives up on an intent.
+TRIES = 4000
+#: Value draws per choice of knobs before another choice is tried.
+PER_PLAN = 200
+LAB_WINDOW = DIAGNOSIS["window"]
+
+
+def _nested(spec: Spec, *keys: str) -> Spec:
+    for k in keys:
+        spec = spec.setdefault(k, {})
+    return spec
+
+
+def _round(x: float, digits: int = 3) -> float:
+    return round(x, digits)
+
+
+def _dur(x: float) -> str:
+    """Seconds as the scenario format writes a duration (whole milliseconds)."""
+    return format_duration(round(x, 3))
+
+
+@functools.cache
+def route_alternatives(carrier: str, th: Thresholds) -> tuple[str, ...]:
+    """Networks of the route table whose class ranks below the carrier's default route."""
+    from exporter.checks.path.routes import load_table
+
+    table = load_table()
+    single = {next(iter(r.networks)): r.route_class for r in table.rules if len(r.networks) == 1}
+    here = th.route_rank(single[DEFAULT_HOPS[carrier][0]])
+    return tuple(sorted(n for n, c in single.items() if th.route_rank(c) > here
+                        and hop_networks(n) == [n]))
+
+
+
+def quiet(lab: Lab) -> bool:
+    """No knob over any line, felt or not: a healthy run in the strict sense, where the
+    generated alerts stay quiet too (a lossy path nobody's probe feels is no verdict, yet
+    its loss alert pends)."""
+    th, g, (slo_ttft, _) = lab.th, lab.scenario.gpu, slo(lab)
+    paths = lab.config.paths
+    assert paths is not None
+    bursts = lab.config.diagnosis.window / paths.interval
+    n = math.ceil(bursts * 1.1) * paths.burst
+    try:
+        for carrier in CARRIERS:
+            p = lab.scenario.path(carrier)
+            rtt = (p.delay * 0.9, p.delay * 1.1 + p.jitter + 0.005)
+            if (p.hops is not None and p.hops != list(DEFAULT_HOPS[carrier])) or need(
+                    drawn(n, n, p.loss, p.loss, th.loss_ratio) if p.loss else False) or need(
+                    over((rtt[0] * th.rtt_round_trips, rtt[1] * th.rtt_round_trips),
+                         th.rtt_budget_share * slo_ttft)) or need(
+                    over((p.jitter / 2, p.jitter), th.jitter_seconds)) or need(
+                    over((p.stall, p.stall), th.stall_seconds)):
+                return False
+    except Ambiguous:
+        return False
+    return not (set(g.throttle) & set(th.throttle_reasons) or g.memory_used >= th.gpu_memory_ratio
+                or lab.faults.rate_limit_rate or lab.scenario.simulator.down)
+
+
+# --- knobs: each sets one fault on a spec, drawn from its range -----------------------------
+def net_delay(rng: random.Random, spec: Spec, carrier: str) -> None:
+    d = rng.uniform(0.02, 0.3)
+    _nested(spec, "paths", carrier).update(delay=_dur(d), jitter=_dur(rng.uniform(0, d / 8)))
+
+
+def net_jitter(rng: random.Random, spec: Spec, carrier: str) -> None:
+    d = rng.uniform(0.03, 0.3)
+    _nested(spec, "paths", carrier).update(delay=_dur(d), jitter=_dur(rng.uniform(0, d)))
+
+
+def net_loss(rng: random.Random, spec: Spec, carrier: str) -> None:
+    _nested(spec, "paths", carrier).update(loss=_round(rng.uniform(0, 0.15)))
+
+
+def net_stall(rng: random.Random, spec: Spec, carrier: str) -> None:
+    _nested(spec, "paths", carrier).update(stall=_dur(rng.uniform(0.1, 4.0)),
+                                           stall_after=rng.randint(4, 10))
+
+
+def net_route(rng: random.Random, spec: Spec, carrier: str, th: Thresholds) -> None:
+    spec["baseline"] = _dur(25)  # the old route is traced before it moves
+    _nested(spec, "paths", carrier).update(hops=[rng.choice(route_alternatives(carrier, th))],
+                                           delay=_dur(rng.uniform(0.02, 0.3)))
+
+
+def eng_decode(rng: random.Random, spec: Spec) -> None:
+    _nested(spec, "simulator", "config")["decode_step"] = _round(rng.uniform(0.005, 0.3), 4)
+
+
+def eng_first_token(rng: random.Random, spec: Spec) -> None:
+    _nested(spec, "simulator", "faults")["slow_first_token"] = _round(rng.uniform(0, 2.0))
+
+
+def eng_prefill(rng: random.Random, spec: Spec) -> None:
+    _nested(spec, "simulator", "config")["prefill_tps"] = _round(rng.uniform(500, 40000), 0)
+
+
+def eng_capacity(rng: random.Random, spec: Spec) -> None:
+    seqs = rng.randint(1, 6)
+    _nested(spec, "simulator", "config")["max_num_seqs"] = seqs
+    spec["load"] = {"rate": _round(rng.uniform(1, 6), 2), "prompt_tokens": 256,
+                    "max_tokens": rng.randint(32, 128),
+                    "concurrency": rng.randint(seqs + 2, 24)}
+
+
+def eng_down(rng: random.Random, spec: Spec) -> None:
+    spec["baseline"] = _dur(15)  # the engine is seen up before it stops
+    _nested(spec, "simulator")["down"] = True
+
+
+def gpu_state(rng: random.Random, spec: Spec, th: Thresholds) -> None:
+    """One GPU state away from the lab's healthy card, on either side of its threshold, with
+    a slower engine most of the time (the fake NVML cannot slow the simulator; a throttled
+    card's steps are slower)."""
+    gpu = _nested(spec, "gpu")
+    which = rng.choice(("throttle", "memory_used", "utilization", "dram_bw"))
+    lines = {"memory_used": th.gpu_memory_ratio, "utilization": th.gpu_underutilized,
+             "dram_bw": th.dram_bandwidth}
+    if which == "throttle":
+        gpu["throttle"] = [rng.choice(metrics.GPU_CLOCK_EVENT_REASONS)]
+    else:
+        line = lines[which]
+        gpu[which] = _round(rng.uniform(line + 0.02, 1.0) if rng.random() < 0.5
+                            else rng.uniform(0.2, line - 0.02), 2)
+    if rng.random() < 0.8:
+        rng.choice((eng_decode, eng_first_token))(rng, spec)
+
+
+def app_rate_limit(rng: random.Random, spec: Spec) -> None:
+    _nested(spec, "simulator", "faults")["rate_limit_rate"] = _round(rng.uniform(0, 0.5))
+
+
+def app_timeouts(rng: random.Random, spec: Spec) -> None:
+    total = _dur(rng.uniform(0.05, 1.0))
+    _nested(spec, "probes", "timeouts").update(total=total, first_token=total)
+
+
+def app_load(rng: random.Random, spec: Spec) -> None:
+    _nested(spec, "load").update(rate=_round(rng.uniform(0.5, 6), 2),
+                                 prompt_tokens=rng.randint(32, 4000))
+
+
+NETWORK: dict[str, Callable[..., None]] = {
+    "delay": net_delay, "jitter": net_jitter, "loss": net_loss, "stall": net_stall,
+    "route": net_route}
+OTHER: dict[str, Callable[..., None]] = {
+    "decode": eng_decode, "first_token": eng_first_token, "prefill": eng_prefill,
+    "capacity": eng_capacity, "down": eng_down, "gpu": gpu_state,
+    "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load}
+#: Which knobs may pair with a network fault in a double (an engine that is down fails
+#: every probe, whatever the path).
+PAIRS = tuple(k for k in OTHER if k != "down")
+
+
+def _slos(rng: random.Random, spec: Spec) -> None:
+    """The SLOs and window of the run: the lab's, or bucket bounds of the probe histograms
+    (an SLO between two bounds would be judged on an interpolated quantile)."""
+    if rng.random() < 0.3:
+        return
+    ttft = [b for b in metrics.PROBE_TTFT.buckets or () if 0.1 <= b <= 2.0]
+    tpot = [b for b in metrics.PROBE_TPOT.buckets or () if 0.03 <= b <= 0.3]
+    _nested(spec, "exporter", "slo").update(ttft_p95_seconds=rng.choice(ttft),
+                                            tpot_p95_seconds=rng.choice(tpot))
+    if rng.random() < 0.3:
+        _nested(spec, "exporter", "diagnosis")["window"] = "60s"
+
+
+def lab_of(scenario: Scenario) -> Lab:
+    """The scenario with the config the runner would generate for it, and its thresholds."""
+    config = _config(json.dumps([scenario.exporter, _durations(scenario.probes.model_dump())],
+                                sort_keys=True))
+    return Lab(scenario, config, resolve(config))
+
+
+@functools.lru_cache(maxsize=512)
+def _config(key: str) -> Config:
+    # Only the scenario's exporter: and probes: sections shape the config (parsing it is
+    # most of a draw's cost, hence the cache).
+    exporter, probes = json.loads(key)
+    scenario = Scenario.model_validate({"description": "", "settle": "1s", "expect": [],
+                                        "exporter": exporter, "probes": probes})
+    targets = {c: f"192.0.2.{i + 1}" for i, c in enumerate(CARRIERS)}  # only their shape
+    return parse_config(yaml.safe_dump(exporter_config(scenario, targets, dt.datetime.now(
+        dt.UTC))), "generated")
+
+
+def _build(spec: Spec, description: str) -> Scenario:
+    window = spec.get("exporter", {}).get("diagnosis", {}).get("window", LAB_WINDOW)
+    seconds = parse_config(yaml.safe_dump({"diagnosis": {"window": window, "interval": "1s"}})
+                           ).diagnosis.window
+    # The window reads only the applied scenario; ten seconds more for the last runs.
+    data = {"description": description, "settle": format_duration(seconds + 10), "expect": [], **spec}
+    return Scenario.model_validate(data)
+
+
+def _plan(rng: random.Random, intent: str) -> list[tuple[str, str]]:
+    """The knobs one scenario turns: (knob, carrier or "")."""
+    def net(kinds: tuple[str, ...] = tuple(NETWORK)) -> tuple[str, str]:
+        return rng.choice(kinds), rng.choice(CARRIERS)
+
+    if intent == "double":
+        return [net(), (rng.choice(PAIRS), "")]
+    if intent == "single" or rng.random() < 0.5:
+        kind = rng.choice([*NETWORK, *OTHER])
+        return [net((kind,))] if kind in NETWORK else [(kind, "")]
+    # Healthy: up to three carriers' knobs turned below their lines.
+    return [(rng.choice(("delay", "jitter", "loss", "stall")), c)
+            for c in rng.sample(CARRIERS, rng.randint(1, 3))]
+
+
+def _turn(rng: random.Random, spec: Spec, kind: str, carrier: str, th: Thresholds) -> None:
+    if kind in NETWORK:
+        args = (rng, spec, carrier, th) if kind == "route" else (rng, spec, carrier)
+        NETWORK[kind](*args)
+    else:
+        OTHER[kind](rng, spec, th) if kind == "gpu" else OTHER[kind](rng, spec)
+
+
+def draw(rng: random.Random, intent: str, seed: int) -> Scenario:
+    """One scenario of ``intent`` ("healthy", "single" or "double"). The knobs are chosen
+    first and their values drawn again until decided, so a knob that is seldom decided is
+    not crowded out by one that always is."""
+    default_th = lab_of(_build({}, "")).th
+    want = {"healthy": 0, "single": 1, "double": 2}[intent]
+    for _ in range(TRIES // PER_PLAN):
+        plan = _plan(rng, intent)
+        for _ in range(PER_PLAN):
+            spec: Spec = {"seed": seed}
+            _slos(rng, spec)
+            for kind, carrier in plan:
+                _turn(rng, spec, kind, carrier, default_th)
+            try:
+                expect = expected(lab_of(_build(spec, "")))
+            except (Ambiguous, ValueError):
+                continue  # ValueError: a draw the format refuses (jitter over delay)
+            if len(expect) != want or (intent == "healthy" and not quiet(lab_of(_build(
+                    spec, "")))):
+                continue
+            names = " + ".join(f"{k}@{c}" if c else k for k, c in plan)
+            given = ", ".join(f"{e['layer']}/{e['cause']}" for e in expect) or "healthy"
+            return _build({**spec, "expect": expect},
+                          f"generated {intent}: {names} -> {given}")
+    raise RuntimeError(f"no decided {intent} scenario in {TRIES} draws")
+
+
+def generate(seed: int, n: int) -> list[Scenario]:
+    """``n`` scenarios: a quarter healthy, the rest single and double faults."""
+    rng = random.Random(seed)
+    intents = ["healthy", "single", "single", "double"]
+    return [draw(rng, intents[i % len(intents)], seed * 1000 + i) for i in range(n)]
+
+
+DURATIONS = {"baseline", "settle", "delay", "jitter", "stall", "connect", "first_token",
+             "total"}
+
+
+def _durations(data: Any, key: str = "") -> Any:
+    """The dumped scenario with its durations written as the format reads them ("40s")."""
+    if isinstance(data, dict):
+        return {k: _durations(v, k) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_durations(v) for v in data]
+    if key in DURATIONS and isinstance(data, int | float) and not isinstance(data, bool):
+        return format_duration(data)
+    return data
+
+
+def write(scenarios: list[Scenario], folder: Path) -> list[Path]:
+    """One YAML file per scenario, in the lab's format (``python -m tests.support.lab run``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, s in enumerate(scenarios):
+        path = folder / f"gen-{s.seed}-{i:03d}.yaml"
+        data = _durations(s.model_dump(mode="json", exclude_defaults=True))
+        data["expect"] = [e.model_dump(mode="json") for e in s.expect]
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        out.append(path)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--n", type=int, default=12)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    for path in write(generate(args.seed, args.n), args.out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -26,6 +26,7 @@ from tests.support.simulator import Simulator, StartSimulator, start_simulator
 from tests.support.tiers import needs
 
 sys.addaudithook(tiers.audit)
+T = TypeVar("T")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,20 +57,31 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         tiers.CURRENT.pop()
 
 
+def each_stopped(start: Callable[..., T], stop: Callable[[T], object]
+                 ) -> Iterator[Callable[..., T]]:
+    """The body of a factory fixture: ``start`` each time the test calls it, then ``stop``
+    every one started, last first, when the test ends, pass or fail."""
+    started: list[T] = []
+
+    def _start(*args: Any, **kw: Any) -> T:
+        thing = start(*args, **kw)
+        started.append(thing)
+        return thing
+
+    yield _start
+    for thing in reversed(started):
+        stop(thing)
+
+
+def _stop(proc: Proc) -> None:
+    proc.stop()
+    proc.stderr_path.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def spawn() -> Iterator[Callable[..., Proc]]:
     """Start processes that are stopped (by PID) when the test ends, pass or fail."""
-    started: list[Proc] = []
-
-    def _spawn(args: list[str], **kw: object) -> Proc:
-        proc = Proc(args, **kw)  # type: ignore[arg-type]
-        started.append(proc)
-        return proc
-
-    yield _spawn
-    for proc in reversed(started):
-        proc.stop()
-        proc.stderr_path.unlink(missing_ok=True)
+    yield from each_stopped(Proc, _stop)
 
 
 @pytest.fixture
@@ -77,16 +89,7 @@ def simulator() -> Iterator[StartSimulator]:
     """Start engine simulators (``simulator(fmt=..., fast=True, **flags)``, see
     tests/support/simulator.py), each on a free loopback port and ready when returned;
     every one is stopped by PID when the test ends, pass or fail."""
-    started: list[Simulator] = []
-
-    def _start(*flags: str, **kw: Any) -> Simulator:
-        sim = start_simulator(*flags, **kw)
-        started.append(sim)
-        return sim
-
-    yield _start
-    for sim in reversed(started):
-        sim.stop()
+    yield from each_stopped(start_simulator, Simulator.stop)
 
 
 @pytest.fixture
@@ -109,19 +112,16 @@ def scenario_lab(tmp_path: Path) -> Iterator[Callable[..., LabRun]]:
     (tests/support/lab/runner.py) for a scenario, to enter with ``with``; closed when the
     test ends whatever happened. Needs what ``lab`` needs, and Prometheus for that source."""
     require_lab()
-    runs: list[LabRun] = []
+    count = iter(range(1000))
 
     def _make(scenario: Any, sources: tuple[str, ...] = ("exporter",)) -> LabRun:
         if "prometheus" in sources:
             require("prometheus")
-        run = LabRun(scenario, tmp_path / f"run{len(runs)}", sources)
-        run.workdir.mkdir()
-        runs.append(run)
-        return run
+        workdir = tmp_path / f"run{next(count)}"
+        workdir.mkdir()
+        return LabRun(scenario, workdir, sources)
 
-    yield _make
-    for run in reversed(runs):
-        run.close()
+    yield from each_stopped(_make, LabRun.close)
 
 
 @pytest.fixture

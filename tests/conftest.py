@@ -35,6 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "others (tests/support/tiers.py)")
 
 
+# First: pytest-xdist's own hook reads the xdist_group markers this one adds.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tiers.apply(items)
     tiers.longest_first(items)

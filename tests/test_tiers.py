@@ -58,3 +58,15 @@ def test_a_long_wait_needs_the_slow_marker() -> None:
 def test_needs_refuses_an_unknown_marker() -> None:
     with pytest.raises(ValueError, match="unknown tier markers"):
         tiers.needs("gpu")
+
+
+@pytest.fixture(scope="module")
+def shared() -> int:
+    return 1
+
+
+def test_tests_sharing_a_module_fixture_share_an_xdist_worker(
+        request: pytest.FixtureRequest, shared: int) -> None:
+    mark = request.node.get_closest_marker("xdist_group")
+    assert mark is not None and mark.args == ("tests/test_tiers.py",)
+    assert tiers.tier_of(request.node) == "fast"

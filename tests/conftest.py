@@ -7,6 +7,7 @@ every test using it carries those markers, and ``make test-fast`` leaves it out.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -41,13 +42,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tiers.apply(items)
     tiers.longest_first(items)
     tier = config.getoption("--tier")
-    if tier is None:
-        return
-    keep = [item for item in items if tiers.tier_of(item) == tier]
-    dropped = [item for item in items if tiers.tier_of(item) != tier]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-    items[:] = keep
+    if tier is not None:
+        keep = [item for item in items if tiers.tier_of(item) == tier]
+        dropped = [item for item in items if tiers.tier_of(item) != tier]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    if hasattr(config, "workerinput") and getattr(config.option, "loadgroup", False):
+        tiers.write_groups(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return tiers.scheduler(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        tiers.groups_file(os.getpid()).unlink(missing_ok=True)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -24,7 +24,9 @@ every test with none of these markers.
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -174,3 +176,39 @@ def sleep_until(moment: float) -> None:
         raise RuntimeError(f"{CURRENT[-1].nodeid} waits {left:.0f}s and is not marked slow")
     while (left := moment - time.time()) > 0:
         time.sleep(min(left, 1.0))
+
+
+def groups_file(controller_pid: int) -> Path:
+    """Where the workers of the xdist controller ``controller_pid`` leave the groups."""
+    return Path(tempfile.gettempdir()) / f"pytest-xdist-groups-{controller_pid}.json"
+
+
+def write_groups(items: Iterable[pytest.Item]) -> None:
+    """In an xdist worker: each grouped test's group, for :class:`GroupScheduling`.
+    pytest 9.2 derives ``nodeid`` from the node itself, so xdist 3.8's ``--dist
+    loadgroup`` can no longer add the group to it; the controller reads this file instead."""
+    groups = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None and mark.args:
+            groups[item.nodeid] = str(mark.args[0])
+    path = groups_file(os.getppid())  # a popen worker is the controller's child
+    tmp = path.with_suffix(f".{os.getpid()}")
+    tmp.write_text(json.dumps(groups))
+    tmp.replace(path)
+
+
+def scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` that reads the groups from :func:`write_groups`'s file."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                path = groups_file(os.getpid())
+                self._groups = json.loads(path.read_text()) if path.exists() else {}
+            return self._groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)

@@ -52,6 +52,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tiers.write_groups(items)
 
 
+# Optional: without pytest-xdist installed the suite runs in one process.
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return tiers.scheduler(config, log) if config.getvalue("dist") == "loadgroup" else None
 

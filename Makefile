@@ -1,4 +1,5 @@
-# Quickstart: `make run` (demo stack on loopback) and `make test` (lint, types, tests).
+# Quickstart: `make run` (demo stack on loopback) and `make test` (lint, types, tests);
+# `make test-fast` is the developer's loop (the tests needing no lab part, a few minutes).
 # Needs Python 3.11+ and make; system packages the tests use are apt-installed when missing
 # (root required for that step, as in CI).
 
@@ -11,7 +12,8 @@ SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2 nftables systemd 
 DEMO_CONFIG ?= deploy/demo.yaml
 SIM_PORT ?= 8800
 
-.PHONY: run test lint typecheck pytest install install-test system-deps check-python clean generate
+.PHONY: run test lint typecheck pytest test-fast test-parts install install-test system-deps
+.PHONY: check-python clean generate
 .PHONY: stack stack-down docker-lock vllm-env test-vllm
 
 check-python:
@@ -59,8 +61,31 @@ lint: install-test
 typecheck: install-test
 	$(BIN)/mypy exporter
 
+# The test tiers (docs/architecture.md, "Tests"). A test needing a part (network
+# namespaces, Prometheus and its kin, Chromium, vLLM) or a long wait gets its marker from
+# the fixture that starts it. The fast tier is every other test: CPU-bound, so no more
+# workers than cores. The parts tier mostly sleeps (lab settle times, Prometheus fills,
+# alert `for:` durations), so it runs on more workers than cores. Tests sharing a module
+# fixture stay on one worker (--dist loadgroup). PYTEST_ARGS adds to both (e.g. -k lab).
+FAST_WORKERS  ?= 2
+PARTS_WORKERS ?= 6
+PYTEST_ARGS   ?=
+# One tier; exit 5 (no test selected, e.g. by a -k in PYTEST_ARGS) is not a failure.
+tier = $(BIN)/pytest --tier $(1) -n $(2) --dist loadgroup $(3) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+test-fast: install-test
+	$(call tier,fast,$(FAST_WORKERS))
+
+test-parts: install-test system-deps
+	$(call tier,parts,$(PARTS_WORKERS),--durations=25)
+
+# The whole suite, one tier after the other so the CPU-bound one has the cores to itself;
+# both always run, and either failing fails the build.
 pytest: install-test system-deps
-	$(BIN)/pytest
+	@status=0; \
+	$(call tier,fast,$(FAST_WORKERS)) || status=1; \
+	$(call tier,parts,$(PARTS_WORKERS),--durations=25) || status=1; \
+	exit $$status
 
 test: lint typecheck pytest
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -15,26 +14,23 @@ import pytest
 import yaml
 
 from exporter.monitoring.alertmanager import INHIBITIONS
-from tests.support import ROOT
 from tests.support.generated import ALERTS, AM_FILE, RULE_FILES, alerts_by_name, example, groups
 from tests.support.procs import Proc, free_port, http_get, wait_until
+from tests.support.prometheus import PromCli, require
+from tests.support.tiers import needs
 
 TESTS = sorted((ALERTS / "tests").glob("*.yaml"))
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=120)
-
-
-def test_promtool_check_rules() -> None:
-    out = run("promtool", "check", "rules", *map(str, RULE_FILES))
+def test_promtool_check_rules(prom_cli: PromCli) -> None:
+    out = prom_cli("promtool", "check", "rules", *map(str, RULE_FILES))
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("SUCCESS") == len(RULE_FILES)
 
 
-def test_promtool_unit_tests_pass() -> None:
+def test_promtool_unit_tests_pass(prom_cli: PromCli) -> None:
     assert TESTS
-    out = run("promtool", "test", "rules", *map(str, TESTS))
+    out = prom_cli("promtool", "test", "rules", *map(str, TESTS))
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("SUCCESS") == len(TESTS)
 
@@ -71,8 +67,8 @@ def test_unit_tests_order_every_group_recording_first(path: Path) -> None:
     assert order[: len(recording)] == recording
 
 
-def test_amtool_accepts_the_template() -> None:
-    out = run("amtool", "check-config", str(AM_FILE))
+def test_amtool_accepts_the_template(prom_cli: PromCli) -> None:
+    out = prom_cli("amtool", "check-config", str(AM_FILE))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
 
@@ -86,9 +82,9 @@ def test_amtool_accepts_the_template() -> None:
         (["alertname=Watchdog"], "default"),
     ],
 )
-def test_routes_by_severity(labels: list[str], receiver: str) -> None:
-    out = run("amtool", "config", "routes", "test", f"--config.file={AM_FILE}",
-              f"--verify.receivers={receiver}", *labels)
+def test_routes_by_severity(prom_cli: PromCli, labels: list[str], receiver: str) -> None:
+    out = prom_cli("amtool", "config", "routes", "test", f"--config.file={AM_FILE}",
+                   f"--verify.receivers={receiver}", *labels)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip() == receiver
 
@@ -119,7 +115,9 @@ def _alert(**labels: str) -> dict[str, Any]:
 
 
 @pytest.fixture
+@needs("prometheus")
 def alertmanager(tmp_path: Path, spawn: Callable[..., Proc]) -> str:
+    require("prometheus-alertmanager")
     port = free_port()
     spawn([
         "prometheus-alertmanager", f"--config.file={AM_FILE}",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from tests.support import ROOT
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.prometheus import PromCli
 from tests.support.simulator import StartSimulator
 
 NO_SECRETS_ENV = {k: v for k, v in os.environ.items()
@@ -38,7 +38,7 @@ def start_exporter(spawn: Callable[..., Proc], config: Path, *flags: str) -> Pro
 
 
 def test_live_metrics_pass_promtool_and_carry_self_metrics(
-    tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator
+    tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator, prom_cli: PromCli
 ) -> None:
     sim = simulator(fast=True)
     port = free_port()
@@ -53,10 +53,7 @@ def test_live_metrics_pass_promtool_and_carry_self_metrics(
              if line and not line.startswith("#")}
     assert not [n for n in names if n.endswith("_created")]
     assert "process_resident_memory_bytes" in names and "python_info" in names
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool (Debian package prometheus) is required"
-    checked = subprocess.run([promtool, "check", "metrics"], input=body, text=True,
-                             capture_output=True, timeout=60)
+    checked = prom_cli("promtool", "check", "metrics", input=body)
     assert checked.returncode == 0 and checked.stdout == "" and checked.stderr == "", (
         checked.stdout + checked.stderr)
 

@@ -23,6 +23,7 @@ from tests.support.generated import (
     substitute,
     unknown_names,
 )
+from tests.support.prometheus import PromCli
 
 BOARDS = dashboards()
 DS = "${datasource}"
@@ -125,10 +126,10 @@ def test_the_lint_catches_what_it_should() -> None:
     assert _range_problems("increase(llm_x_total{a=~\"$a\"}[$__rate_interval])") == []
 
 
-def test_queries_parse_and_name_only_what_exists(tmp_path: Path) -> None:
+def test_queries_parse_and_name_only_what_exists(tmp_path: Path, prom_cli: PromCli) -> None:
     all_queries = queries()
     exprs = [substitute(q.expr, "1m", {COMPARE: "1w"}) for q in all_queries]
-    out = promtool_check_exprs(exprs, tmp_path)
+    out = promtool_check_exprs(exprs, tmp_path, prom_cli)
     assert out.returncode == 0, out.stdout + out.stderr
     recorded = {r["record"] for r in rules_of(RULE_FILES[0].read_text())}
     unknown = {str(q): names for q in all_queries if (names := unknown_names(q.expr, recorded))}

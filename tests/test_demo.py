@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
-from tests.support.browser import browser_session, require_browser
+from tests.support.browser import BrowserSession
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.support.simulator import StartSimulator
 
@@ -107,17 +107,17 @@ def primary(doc: dict[str, object]) -> tuple[str, str] | None:
     return str(verdicts[0]["layer"]), str(verdicts[0]["cause"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("burners", [0, max(2, os.cpu_count() or 1)], ids=["idle", "cpu-load"])
 def test_demo_page_shows_tiles_then_the_fault_verdict_without_a_reload(
-        simulator: StartSimulator, tmp_path: Path, burners: int) -> None:
-    require_browser()
+        simulator: StartSimulator, tmp_path: Path, browser: BrowserSession, burners: int) -> None:
     with cpu_burners(burners) as spinning:
         assert all(p.popen.poll() is None for p in spinning), "a CPU burner did not start"
-        walkthrough(simulator, tmp_path)
+        walkthrough(simulator, tmp_path, browser)
 
 
-def walkthrough(simulator: StartSimulator, tmp_path: Path) -> None:
+def walkthrough(simulator: StartSimulator, tmp_path: Path, browser: BrowserSession) -> None:
     assert "--format vllm" in MAKEFILE.read_text(), "make run's simulator flags moved"
     sim = simulator(fmt="vllm")
     port = free_port()
@@ -127,7 +127,7 @@ def walkthrough(simulator: StartSimulator, tmp_path: Path) -> None:
     try:
         wait_until(lambda: http_get(f"{base}/-/ready", timeout=2)[0] == 200, timeout=30,
                    what="the demo exporter ready")
-        with browser_session() as browser, browser.open(f"{base}/") as tab:
+        with browser.open(f"{base}/") as tab:
             page = tab.page
             # Verdict block, a tile per layer and their sparklines, within a minute.
             page.wait_for_function(

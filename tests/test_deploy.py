@@ -36,6 +36,7 @@ from exporter.stack import configs
 from exporter.stack.state import Ports
 from tests.support import ROOT, generated
 from tests.support.lab import fleet
+from tests.support.prometheus import PromCli
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 KUBE_DIR = ROOT / "deploy/kubernetes"
@@ -214,11 +215,12 @@ def test_prometheus_targets_name_compose_services_and_their_ports() -> None:
                 assert int(port) == container_ports[host], f"{path.name}: {target}"
 
 
-def test_prometheus_config_passes_promtool_as_mounted_in_the_container(tmp_path: Path) -> None:
+def test_prometheus_config_passes_promtool_as_mounted_in_the_container(
+        tmp_path: Path, prom_cli: PromCli) -> None:
     prom = services()["prometheus"]
     root = container_layout(tmp_path, prom)
     config = root / flag(prom, "config.file").lstrip("/")
-    result = run(["promtool", "check", "config", str(config)])
+    result = prom_cli("promtool", "check", "config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
     # The rule glob found the generated files (promtool checks each one it loads).
     checked = re.findall(r"Checking (\S+\.yaml)", result.stdout + result.stderr)
@@ -226,11 +228,12 @@ def test_prometheus_config_passes_promtool_as_mounted_in_the_container(tmp_path:
     assert expected and {Path(c).name for c in checked} == expected
 
 
-def test_alertmanager_config_passes_amtool_as_mounted_in_the_container(tmp_path: Path) -> None:
+def test_alertmanager_config_passes_amtool_as_mounted_in_the_container(
+        tmp_path: Path, prom_cli: PromCli) -> None:
     am = services()["alertmanager"]
     root = container_layout(tmp_path, am)
     config = root / flag(am, "config.file").lstrip("/")
-    result = run(["amtool", "check-config", str(config)])
+    result = prom_cli("amtool", "check-config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -493,7 +496,7 @@ def test_systemd_unit_hardening() -> None:
 
 
 def test_native_stack_renders_the_same_prometheus_config_and_local_receivers(
-    tmp_path: Path,
+    tmp_path: Path, prom_cli: PromCli,
 ) -> None:
     ports = Ports(simulator=1, exporter=2, prometheus=3, alertmanager=4, sink=5)
     configs.render(ROOT, tmp_path, ports)
@@ -504,10 +507,10 @@ def test_native_stack_renders_the_same_prometheus_config_and_local_receivers(
     assert set(p.name for p in (tmp_path / "prometheus/targets").iterdir()) == set(
         p.name for p in (ROOT / "deploy/prometheus/targets").iterdir()
     )
-    result = run(["promtool", "check", "config", str(tmp_path / "prometheus/prometheus.yml")])
+    result = prom_cli("promtool", "check", "config", str(tmp_path / "prometheus/prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
     am = tmp_path / "alertmanager/alertmanager.yml"
-    result = run(["amtool", "check-config", str(am)])
+    result = prom_cli("amtool", "check-config", str(am))
     assert result.returncode == 0, result.stdout + result.stderr
     generated = yaml.safe_load((ROOT / "alerts/alertmanager.yaml").read_text())
     local = yaml.safe_load(am.read_text())
@@ -549,7 +552,7 @@ FLEET_EDGES = {"prometheus-edge-site": {"site": "demo-gpu"},
 
 
 def test_edge_template_filled_in_passes_promtool_with_the_generated_rules(
-    tmp_path: Path,
+    tmp_path: Path, prom_cli: PromCli,
 ) -> None:
     (tmp_path / "rules").mkdir()
     for rules in (ROOT / "alerts/rules").glob("*.yaml"):
@@ -557,7 +560,7 @@ def test_edge_template_filled_in_passes_promtool_with_the_generated_rules(
     config = tmp_path / "prometheus.yml"
     config.write_text(fleet.render_edge({"vantage": "ct-gz"}, "127.0.0.1:9400", "am:9093",
                                         "http://vm:8428/api/v1/write", "15s"))
-    result = run(["promtool", "check", "config", str(config)])
+    result = prom_cli("promtool", "check", "config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 2 rule files found" in result.stdout
     loaded = yaml.safe_load(config.read_text())
@@ -599,7 +602,7 @@ def test_docs_scaling_shows_the_template_s_keep_list() -> None:
 
 
 def test_compose_fleet_edges_are_the_template_filled_in_and_pass_promtool(
-    tmp_path: Path,
+    tmp_path: Path, prom_cli: PromCli,
 ) -> None:
     compose_services = services()
     assert {n for n, s in compose_services.items() if "fleet" in s.get("profiles", [])} == {
@@ -608,7 +611,7 @@ def test_compose_fleet_edges_are_the_template_filled_in_and_pass_promtool(
         service = compose_services[name]
         root = container_layout(tmp_path / name, service)
         config = root / flag(service, "config.file").lstrip("/")
-        result = run(["promtool", "check", "config", str(config)])
+        result = prom_cli("promtool", "check", "config", str(config))
         assert result.returncode == 0, result.stdout + result.stderr
         assert flag(service, "storage.tsdb.retention.time") == "2d"
         loaded = yaml.safe_load(config.read_text())

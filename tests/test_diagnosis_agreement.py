@@ -39,6 +39,7 @@ from exporter.monitoring import names
 from tests.support import recorded
 from tests.support.procs import Proc, free_port, http_get, wait_until
 from tests.support.prometheus import command, require
+from tests.support.tiers import needs
 
 WINDOW = 600.0
 CONFIG = """
@@ -53,6 +54,7 @@ def config() -> Config:
 
 
 @pytest.fixture(scope="module")
+@needs("prometheus")
 def fleet(tmp_path_factory: pytest.TempPathFactory, config: Config
           ) -> Iterator[dict[str, Any]]:
     require()

@@ -36,40 +36,12 @@ from exporter.diagnosis.prometheus import PrometheusError, observe
 from exporter.diagnosis.result import SCHEMA_ID, Diagnosis, Evidence, Step, Verdict
 from exporter.monitoring import generate
 from tests.support import ROOT
+from tests.support.e2e_exporter import loopback_config
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.support.prometheus import scrape_config, start_prometheus
 from tests.support.samples import find
 from tests.support.simulator import running_simulator
-
-CONFIG = """
-server: {{listen_address: "127.0.0.1:{exporter}", log_level: warning}}
-peak_windows: {{timezone: UTC, windows: {{evening: {{start: "20:00", end: "23:00"}}}}}}
-slo: {{ttft_p95_seconds: 0.5, tpot_p95_seconds: 0.05}}
-engines:
-  - {{name: sim, url: "http://127.0.0.1:{sim}/metrics", type: vllm, interval: 1s, timeout: 900ms}}
-probes:
-  - name: chat
-    url: "http://127.0.0.1:{sim}/v1/chat/completions"
-    model: simulated-model
-    interval: 1s
-    max_tokens: 16
-    min_spacing: 100ms
-    carrier: lab
-    engine: sim
-    slo: {{ttft_p95_seconds: 0.8}}
-    timeouts: {{total: 20s}}
-paths:
-  interval: 2s
-  burst: 5
-  spacing: 100ms
-  timeout: 500ms
-  route_interval: 5s
-  carriers:
-    lab: [{{name: lo, host: 127.0.0.1, region: local, protocol: tcp, port: {sim}}}]
-gpu: {{enabled: true, interval: 1s}}
-# Baselines from the run's own history: it is a minute long, not the default half hour.
-diagnosis: {{min_baseline: 20s}}
-"""
+from tests.support.tiers import needs
 
 # The edge scrapes the exporter, runs the rules, has the fleet's external labels.
 FLEET_LABELS = {"site": "sh-gpu", "vantage": "ct-gz"}
@@ -92,14 +64,20 @@ FAULT = 25.0
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+@needs("prometheus", "slow")
+def prom_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("diag-prom")
     exporter_port = free_port()
     procs: list[Proc] = []
     with running_simulator(fmt="vllm", seed=7, fast=True) as sim:
         try:
             config_path = tmp / "config.yaml"
-            config_path.write_text(CONFIG.format(exporter=exporter_port, sim=sim.port))
+            config_path.write_text(loopback_config(
+                exporter_port, sim.port, probe={"slo": {"ttft_p95_seconds": 0.8},
+                                                "timeouts": {"total": "20s"}},
+                # Baselines from the run's own history: it is a minute long, not the
+                # default half hour.
+                diagnosis={"min_baseline": "20s"}))
             # The peak window opens in an hour: the whole run is off-peak, so baselines fill.
             procs.append(Proc([sys.executable, "-m", "tests.support.e2e_exporter",
                                str(config_path), str(time.time() + 3600)]))
@@ -155,11 +133,11 @@ def near(value: float, buckets: tuple[float, ...] | None) -> tuple[float, float]
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("window", [300.0, 60.0], ids=["recorded-5m", "raw-1m"])
-def test_observations_carry_what_the_exporter_measured(lab: dict[str, Any],
+def test_observations_carry_what_the_exporter_measured(prom_lab: dict[str, Any],
                                                       window: float) -> None:
     at = dt.datetime.now(dt.UTC)
-    obs = observe(lab["prom"], lab["config"], at, window)
-    truth = exporter_samples(lab["exporter"])
+    obs = observe(prom_lab["prom"], prom_lab["config"], at, window)
+    truth = exporter_samples(prom_lab["exporter"])
     assert obs.source == "prometheus" and obs.window == window and obs.at == at
 
     (probe,) = obs.probes
@@ -222,12 +200,12 @@ def test_observations_carry_what_the_exporter_measured(lab: dict[str, Any],
     assert all(isinstance(c, str) and "/" in c for c in obs.failing_checks)
 
 
-def test_engine_baselines_stand_on_the_history_they_cover(lab: dict[str, Any]) -> None:
+def test_engine_baselines_stand_on_the_history_they_cover(prom_lab: dict[str, Any]) -> None:
     """The request rate before the window is over the time Prometheus has data for, not
     over the whole 12h baseline window (which would make any load look like a surge), and
     there is no baseline at all under diagnosis.min_baseline of it."""
     at = dt.datetime.now(dt.UTC)
-    obs = observe(lab["prom"], lab["config"], at, 10.0)
+    obs = observe(prom_lab["prom"], prom_lab["config"], at, 10.0)
     (engine,), (path,) = obs.engines, obs.paths
     # The off-peak path before the window, computed as the embedded source keeps it.
     assert path.loss_baseline == 0
@@ -236,37 +214,37 @@ def test_engine_baselines_stand_on_the_history_they_cover(lab: dict[str, Any]) -
     assert engine.request_rate_baseline is not None
     assert 0.3 < engine.request_rate_baseline < 3, engine.request_rate_baseline
     assert engine.prompt_tokens_baseline is not None and engine.prompt_tokens_baseline > 0
-    strict = lab["config"].model_copy(
+    strict = prom_lab["config"].model_copy(
         update={"diagnosis": DiagnosisConfig(min_baseline="1h")})
-    (engine,) = observe(lab["prom"], strict, at, 10.0).engines
+    (engine,) = observe(prom_lab["prom"], strict, at, 10.0).engines
     assert engine.request_rate_baseline is None and engine.prompt_tokens_baseline is None
-    (probe,) = observe(lab["prom"], strict, at, 10.0).probes
+    (probe,) = observe(prom_lab["prom"], strict, at, 10.0).probes
     assert probe.ttft_p95_baseline is None and probe.prompt_tokens_baseline is None
 
 
-def test_a_window_with_no_data_is_empty_not_zero(lab: dict[str, Any]) -> None:
+def test_a_window_with_no_data_is_empty_not_zero(prom_lab: dict[str, Any]) -> None:
     # An hour before the lab started: no series, so no windows and no invented numbers.
-    obs = observe(lab["prom"], lab["config"], dt.datetime.now(dt.UTC)
+    obs = observe(prom_lab["prom"], prom_lab["config"], dt.datetime.now(dt.UTC)
                   - dt.timedelta(hours=1), 60.0)
     assert cli.is_empty(obs) and obs.failing_checks == ()
 
 
-def test_every_query_parses_on_the_real_prometheus(lab: dict[str, Any]) -> None:
+def test_every_query_parses_on_the_real_prometheus(prom_lab: dict[str, Any]) -> None:
     for name, expr in promqueries.all_queries(600.0, Config()).items():
-        status, body = http_get(f"{lab['prom']}/api/v1/query?"
+        status, body = http_get(f"{prom_lab['prom']}/api/v1/query?"
                                 + urllib.parse.urlencode({"query": expr}))
         assert status == 200, (name, body[:300])
 
 
-def test_probe_queries_are_evaluated_at_the_engines_last_scrape(lab: dict[str, Any]) -> None:
+def test_probe_queries_are_evaluated_at_the_engines_last_scrape(prom_lab: dict[str, Any]) -> None:
     """The probes are read up to the engine's last scrape, as the embedded source reads
     them: no later than the window's end, and no older than a scrape the engine could take
     plus the edge's and the central store's scrapes (alignment.py)."""
-    config = lab["config"]
+    config = prom_lab["config"]
     at = time.time()
-    success = PromClient(lab["prom"], 10).query(alignment.QUERIES["success"], at)
+    success = PromClient(prom_lab["prom"], 10).query(alignment.QUERIES["success"], at)
     assert {s.labels["check"] for s in success} == {"engine/sim"}, success
-    t = alignment.probe_time(PromClient(lab["prom"], 10), at, config)
+    t = alignment.probe_time(PromClient(prom_lab["prom"], 10), at, config)
     assert at - alignment.max_lag(config.engines[0], config) - 2 < t < at
 
 
@@ -291,25 +269,25 @@ def _stub_chain(seen: list[Observations]) -> cli.Wiring:
 
 
 def test_prometheus_source_runs_the_chain_and_prints_json(
-    lab: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    prom_lab: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen: list[Observations] = []
-    rc = cli.main(["--prometheus", lab["prom"], "--window", "1m", "--json",
-                   "--config", str(lab["config_path"])], _stub_chain(seen))
+    rc = cli.main(["--prometheus", prom_lab["prom"], "--window", "1m", "--json",
+                   "--config", str(prom_lab["config_path"])], _stub_chain(seen))
     assert rc == cli.EXIT_FOUND
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == SCHEMA_ID and doc["status"] == "degraded"
     assert seen[0].window == 60.0 and seen[0].probes and seen[0].engines
-    rc = cli.main(["--prometheus", lab["prom"], "--window", "1m"], _stub_chain([]))
+    rc = cli.main(["--prometheus", prom_lab["prom"], "--window", "1m"], _stub_chain([]))
     assert rc == cli.EXIT_FOUND
     assert capsys.readouterr().out.startswith("NOTE degraded Carrier lab")
 
 
-def test_the_installed_command_prints_json_from_prometheus(lab: dict[str, Any],
+def test_the_installed_command_prints_json_from_prometheus(prom_lab: dict[str, Any],
                                                            tmp_path: Path) -> None:
     out = subprocess.run(
-        exporter_cmd("diagnose", "--prometheus", lab["prom"], "--window", "1m", "--json",
-                     "--config", str(lab["config_path"])),
+        exporter_cmd("diagnose", "--prometheus", prom_lab["prom"], "--window", "1m", "--json",
+                     "--config", str(prom_lab["config_path"])),
         cwd=ROOT, capture_output=True, text=True, timeout=60)
     # Whatever the chain concludes about the lab, the output is the contract.
     assert out.returncode in (cli.EXIT_HEALTHY, cli.EXIT_FOUND, cli.EXIT_NO_DATA), out.stderr
@@ -319,13 +297,13 @@ def test_the_installed_command_prints_json_from_prometheus(lab: dict[str, Any],
 
 
 @pytest.mark.timeout(120)
-def test_stalls_and_rate_limits_show_in_the_window_they_happened(lab: dict[str, Any]) -> None:
+def test_stalls_and_rate_limits_show_in_the_window_they_happened(prom_lab: dict[str, Any]) -> None:
     # Last of the lab's tests: it changes the simulator, and puts it back.
-    sim = lab["sim"]
+    sim = prom_lab["sim"]
     sim.faults(stall=2.5, mid_stream_after=4, rate_limit_rate=0.3)
     try:
         time.sleep(FAULT)
-        obs = observe(lab["prom"], lab["config"], dt.datetime.now(dt.UTC), FAULT - 5)
+        obs = observe(prom_lab["prom"], prom_lab["config"], dt.datetime.now(dt.UTC), FAULT - 5)
     finally:
         sim.faults()
     (probe,) = obs.probes

@@ -28,10 +28,12 @@ from exporter import metrics
 from exporter.config.load import load_config
 from exporter.monitoring import generate
 from exporter.monitoring.dashboards import kit
+from tests.support.e2e_exporter import loopback_config
 from tests.support.generated import queries, rules_of, substitute
 from tests.support.procs import Proc, free_port, http_get, wait_until
-from tests.support.prometheus import api, scrape_config, start_prometheus
+from tests.support.prometheus import Prometheus, api, scrape_config
 from tests.support.simulator import StartSimulator
+from tests.support.tiers import sleep_until
 
 #: Seconds after the start when the peak window opens, and when the engine is overloaded.
 PEAK_AFTER = 35.0
@@ -41,36 +43,6 @@ OVERLOAD_AFTER = 40.0
 RATE_INTERVAL = "10s"
 COMPARE = "20s"
 LOAD_THREADS = 6
-
-CONFIG = """
-server: {{listen_address: "127.0.0.1:{exporter}", log_level: warning}}
-peak_windows: {{timezone: UTC, windows: {{evening: {{start: "20:00", end: "23:00"}}}}}}
-slo: {{ttft_p95_seconds: 0.5, tpot_p95_seconds: 0.05}}
-engines:
-  - {{name: sim, url: "http://127.0.0.1:{sim}/metrics", type: vllm, interval: 1s, timeout: 900ms}}
-probes:
-  - name: chat
-    url: "http://127.0.0.1:{sim}/v1/chat/completions"
-    model: simulated-model
-    interval: 1s
-    max_tokens: 16
-    min_spacing: 100ms
-    carrier: lab
-    engine: sim
-paths:
-  interval: 2s
-  burst: 5
-  spacing: 100ms
-  timeout: 500ms
-  route_interval: 5s
-  carriers:
-    lab: [{{name: lo, host: 127.0.0.1, region: local, protocol: tcp, port: {sim}}}]
-gpu: {{enabled: true, interval: 1s}}
-"""
-
-def sleep_until(moment: float) -> None:
-    while (left := moment - time.time()) > 0:
-        time.sleep(min(left, 1.0))
 
 
 def load(sim: str, stop: threading.Event) -> None:
@@ -108,9 +80,11 @@ def has_data(prom: str, expr: str, start: float, end: float) -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_rules_and_dashboards_on_real_prometheus(
-    tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator
+    tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator,
+    prometheus: Callable[..., Prometheus],
 ) -> None:
     exporter_port = free_port()
     sim_port = simulator(fmt="vllm", seed=7).port
@@ -119,15 +93,14 @@ def test_rules_and_dashboards_on_real_prometheus(
 
     start = time.time()
     config_path = tmp_path / "config.yaml"
-    config_path.write_text(CONFIG.format(exporter=exporter_port, sim=sim_port))
+    config_path.write_text(loopback_config(exporter_port, sim_port))
     spawn([sys.executable, "-m", "tests.support.e2e_exporter", str(config_path),
            str(start + PEAK_AFTER)])
     wait_until(lambda: http_get(f"{exporter}/metrics")[0] == 200, timeout=20, what="exporter")
 
     generated = tmp_path / "generated"
     generate.write(load_config(config_path), generated)
-    prom = start_prometheus(tmp_path, scrape_config(exporter_port, generated / "rules"),
-                            spawn).url
+    prom = prometheus(scrape_config(exporter_port, generated / "rules")).url
 
     # Every rule loaded and evaluates without error (a bad join shows here, not as no data).
     sleep_until(start + OVERLOAD_AFTER)

@@ -45,6 +45,7 @@ from tests.support.lab.fleet import (
 from tests.support.lab.scenario import CarrierPath
 from tests.support.netlab import require_lab
 from tests.support.prometheus import require
+from tests.support.tiers import needs, sleep_until
 
 #: Seconds of the run inside the peak window (the day-vs-evening panels need both kinds).
 PEAK_FOR = 25.0
@@ -81,6 +82,7 @@ class Run:
 
 
 @pytest.fixture(scope="module")
+@needs("netns", "prometheus", "slow")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     require_lab()
     for binary in ("victoria-metrics", "prometheus", "prometheus-alertmanager"):
@@ -88,11 +90,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     workdir = tmp_path_factory.mktemp("fleet")
     with Fleet(workdir, peak_for=PEAK_FOR, load_seconds=900) as fleet:
         yield Run(fleet, time.time())
-
-
-def sleep_until(moment: float) -> None:
-    while (left := moment - time.time()) > 0:
-        time.sleep(min(left, 1.0))
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str | Callable[[], str]) -> None:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ from tests.support.lab.scenario import (
     load_scenario,
     scenario_files,
 )
-from tests.support.netlab import PROXY, Lab, binomial_interval, in_netns, require_lab
+from tests.support.netlab import PROXY, Lab, binomial_interval, in_netns
 from tests.support.procs import free_port
 from tests.support.samples import parse
 
@@ -200,9 +200,9 @@ def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
 
 
 @pytest.mark.timeout(180)
-def test_carrier_delay_in_probe_gpu_in_metrics_and_a_route_change(tmp_path: Path) -> None:
-    require_lab()
-    with LabRun(SHAPED, tmp_path) as run:
+def test_carrier_delay_in_probe_gpu_in_metrics_and_a_route_change(
+        scenario_lab: Callable[..., LabRun]) -> None:
+    with scenario_lab(SHAPED) as run:
         def mean_ttft(probe: str, s: dict) -> float:  # type: ignore[type-arg]
             n = value(s, "llm_probe_time_to_first_token_seconds_count", probe=probe)
             return value(s, "llm_probe_time_to_first_token_seconds_sum", probe=probe) / n

@@ -36,6 +36,7 @@ from exporter.runtime.listener import Gate, GatedSite, Limits, make_runner
 from tests.support import ROOT
 from tests.support.pki import Pki, bcrypt_hash, make_pki
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.prometheus import Prometheus
 from tests.support.samples import series, value
 
 PASSWORD = "correct horse battery"
@@ -472,20 +473,15 @@ def start_exporter(spawn: Callable[..., Proc], tmp_path: Path, port: int, *args:
 
 
 def test_real_prometheus_scrapes_over_tls_with_basic_auth(
-    pki: Pki, tmp_path: Path, spawn: Callable[..., Proc]
+    pki: Pki, tmp_path: Path, spawn: Callable[..., Proc], prometheus: Callable[..., Prometheus]
 ) -> None:
-    port, prom_port = free_port(), free_port()
+    port = free_port()
     exporter = start_exporter(spawn, tmp_path, port, "--web.config.file",
                               str(tls_web(pki, tmp_path)))
     ctx = client_tls(pki)
     wait_until(lambda: fetch(f"https://127.0.0.1:{port}/-/healthy", ctx)[0] == 200,
                timeout=30, what="exporter over TLS")
-    prom_config = tmp_path / "prometheus.yml"
-    prom_config.write_text(PROMETHEUS.format(ca=pki.ca, password=PASSWORD, port=port))
-    spawn(["prometheus", f"--config.file={prom_config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-           f"--web.listen-address=127.0.0.1:{prom_port}"])
-    prom = f"http://127.0.0.1:{prom_port}"
-    wait_until(lambda: http_get(f"{prom}/-/ready")[0] == 200, timeout=30, what="prometheus")
+    prom = prometheus(PROMETHEUS.format(ca=pki.ca, password=PASSWORD, port=port)).url
     health: dict[str, dict[str, str]] = {}
 
     def scraped() -> bool:

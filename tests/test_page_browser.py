@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from exporter import metrics
-from tests.support.browser import DESKTOP, PHONE, Tab, browser_session, require_browser
+from tests.support.browser import DESKTOP, PHONE, BrowserSession, Tab
 from tests.support.procs import Proc, free_port, http_get, wait_until
 from tests.support.samples import value
 from tests.support.simulator import StartSimulator
@@ -75,9 +75,9 @@ def _agree_with_the_api(tab: Tab, url: str) -> dict[str, Any]:
 
 
 def test_live_page_in_chromium(
-    tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator
+    tmp_path: Path, spawn: Callable[..., Proc], simulator: StartSimulator,
+    browser: BrowserSession,
 ) -> None:
-    require_browser()
     sim = simulator(fast=True)
     port = free_port()
     cfg = tmp_path / "config.yaml"
@@ -88,7 +88,7 @@ def test_live_page_in_chromium(
     wait_until(lambda: _diagnosis(url).get("status") == "healthy", timeout=WINDOW * 4,
                what=f"a healthy diagnosis\n{proc.output()}")
 
-    with browser_session() as browser, browser.open(f"{url}/", width=DESKTOP) as tab:
+    with browser.open(f"{url}/", width=DESKTOP) as tab:
         page = tab.page
         assert page.text_content("#diagnosis h2") == "Diagnosis: healthy"
         assert "healthy: no verdict" in (page.text_content("#diagnosis") or "")
@@ -141,7 +141,7 @@ def test_live_page_in_chromium(
         tab.screenshot("live-page-1280")
         assert not tab.problems, tab.problems
 
-    with browser_session() as browser, browser.open(f"{url}/", width=PHONE) as tab:
+    with browser.open(f"{url}/", width=PHONE) as tab:
         tab.page.wait_for_selector("#verdict")
         assert tab.page.locator("svg.spark").count() == len(sparks)
         assert tab.horizontal_overflow() == 0

@@ -25,10 +25,12 @@ import pytest
 
 from exporter.report.model import Report
 from exporter.report.routes import timeline
-from tests.support.browser import browser_session
+from tests.support.browser import BrowserSession
+from tests.support.e2e_exporter import loopback_config
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.support.prometheus import api, scrape_config, start_prometheus
 from tests.support.simulator import running_simulator
+from tests.support.tiers import needs, sleep_until
 
 #: Seconds of daytime at least before the peak window opens, and of peak after.
 LEAD = 15.0
@@ -38,33 +40,16 @@ SLOW_FIRST_TOKEN = 0.8
 # The lab's setup (up to LEAD + 60 + PEAK seconds, then the report) runs in the first test.
 pytestmark = pytest.mark.timeout(300)
 
-CONFIG = """
-server: {{listen_address: "127.0.0.1:{exporter}", log_level: warning}}
-peak_windows: {{timezone: UTC, windows: {{evening: {{start: "{start}", end: "{end}"}}}}}}
-slo: {{ttft_p95_seconds: 0.5, tpot_p95_seconds: 0.05}}
-diagnosis: {{window: 20s, interval: 2s}}
-engines:
-  - {{name: sim, url: "http://127.0.0.1:{sim}/metrics", type: vllm, interval: 1s, timeout: 900ms}}
-probes:
-  - {{name: chat, url: "http://127.0.0.1:{sim}/v1/chat/completions", model: simulated-model,
-     interval: 1s, max_tokens: 16, min_spacing: 100ms, carrier: lab, engine: sim}}
-  - {{name: long, url: "http://127.0.0.1:{sim}/v1/chat/completions", model: simulated-model,
-     interval: 2s, max_tokens: 8, profile: long_context, prompt_tokens: 3000,
-     min_spacing: 100ms, carrier: lab, engine: sim}}
-paths:
-  interval: 2s
-  burst: 5
-  spacing: 100ms
-  timeout: 500ms
-  route_interval: 5s
-  carriers:
-    lab: [{{name: lo, host: 127.0.0.1, region: local, protocol: tcp, port: {sim}}}]
-"""
+#: The daytime/peak split needs no GPU; a second, long-context probe beside ``chat``.
+LONG_PROBE = {"name": "long", "interval": "2s", "max_tokens": 8, "profile": "long_context",
+              "prompt_tokens": 3000}
+DIAGNOSIS = {"window": "20s", "interval": "2s"}
 
 
-def sleep_until(moment: float) -> None:
-    while (left := moment - time.time()) > 0:
-        time.sleep(min(left, 1.0))
+def config_text(exporter: int, sim: int, peak_at: float) -> str:
+    return loopback_config(exporter, sim, peak=(hhmm(peak_at), hhmm(peak_at + 600)),
+                           gpu=False, more_probes=[LONG_PROBE], diagnosis=DIAGNOSIS)
+
 
 
 def hhmm(t: float) -> str:
@@ -77,7 +62,8 @@ def run_report(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+@needs("prometheus", "slow")
+def report_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("report")
     start = round(time.time(), 3)  # as --from passes it
     peak_at = (math.floor((start + LEAD) / 60) + 1) * 60.0
@@ -86,13 +72,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     with running_simulator(fmt="vllm", seed=3, fast=True) as sim:
         try:
             config = tmp / "config.yaml"
-            config.write_text(CONFIG.format(exporter=exporter_port, sim=sim.port,
-                                            start=hhmm(peak_at), end=hhmm(peak_at + 600)))
+            config.write_text(config_text(exporter_port, sim.port, peak_at))
             # The same stack with the window twelve hours away: every minute is daytime.
             flat = tmp / "daytime.yaml"
-            flat.write_text(CONFIG.format(exporter=exporter_port, sim=sim.port,
-                                          start=hhmm(peak_at + 43200),
-                                          end=hhmm(peak_at + 43800)))
+            flat.write_text(config_text(exporter_port, sim.port, peak_at + 43200))
             procs.append(Proc(exporter_cmd("run", "--config", str(config))))
             exporter = f"http://127.0.0.1:{exporter_port}"
             wait_until(lambda: http_get(f"{exporter}/metrics")[0] == 200, timeout=20,
@@ -140,26 +123,26 @@ def near(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def test_writes_three_files_and_the_json_follows_its_schema(lab: dict[str, Any]) -> None:
-    out: Path = lab["out"]
+def test_writes_three_files_and_the_json_follows_its_schema(report_lab: dict[str, Any]) -> None:
+    out: Path = report_lab["out"]
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
-    assert "wrote" in lab["stdout"]
-    doc = lab["doc"]
+    assert "wrote" in report_lab["stdout"]
+    doc = report_lab["doc"]
     jsonschema.validate(doc, Report.model_json_schema())
     report = Report.model_validate(doc)
     assert report.classes == ["daytime", "evening"]
     assert [s.cls for s in report.spans] == ["daytime", "evening"]
-    assert report.spans[1].start.timestamp() == lab["peak_at"]
-    assert report.class_seconds["evening"] == pytest.approx(lab["end"] - lab["peak_at"])
+    assert report.spans[1].start.timestamp() == report_lab["peak_at"]
+    assert report.class_seconds["evening"] == pytest.approx(report_lab["end"] - report_lab["peak_at"])
     md = (out / "report.md").read_text()
     assert "## Per carrier: daytime and peak" in md and "| TTFT | p95 |" in md
 
 
-def test_daytime_and_peak_tables_match_promql(lab: dict[str, Any]) -> None:
-    prom, start, peak_at, end = lab["prom"], lab["start"], lab["peak_at"], lab["end"]
+def test_daytime_and_peak_tables_match_promql(report_lab: dict[str, Any]) -> None:
+    prom, start, peak_at, end = report_lab["prom"], report_lab["start"], report_lab["peak_at"], report_lab["end"]
     day = f"[{round((peak_at - start) * 1000)}ms] @ {peak_at:.3f}"
     peak = f"[{round((end - peak_at) * 1000)}ms] @ {end:.3f}"
-    (carrier,) = lab["doc"]["carriers"]
+    (carrier,) = report_lab["doc"]["carriers"]
     assert (carrier["vantage"], carrier["carrier"]) == ("", "lab")
     m = {x["metric"]: x for x in carrier["metrics"]}
     hist = {
@@ -191,8 +174,8 @@ def test_daytime_and_peak_tables_match_promql(lab: dict[str, Any]) -> None:
                 ttft["by_class"]["evening"]["p95"] - ttft["by_class"]["daytime"]["p95"])
 
 
-def test_outcomes_goodput_queue_and_long_context(lab: dict[str, Any]) -> None:
-    doc, prom, peak_at, end = lab["doc"], lab["prom"], lab["peak_at"], lab["end"]
+def test_outcomes_goodput_queue_and_long_context(report_lab: dict[str, Any]) -> None:
+    doc, prom, peak_at, end = report_lab["doc"], report_lab["prom"], report_lab["peak_at"], report_lab["end"]
     peak = f"[{round((end - peak_at) * 1000)}ms] @ {end:.3f}"
     outcomes = {o["probe"]: o for o in doc["outcomes"]}
     assert set(outcomes) == {"chat", "long"}
@@ -217,24 +200,25 @@ def test_outcomes_goodput_queue_and_long_context(lab: dict[str, Any]) -> None:
     assert doc["bench"]["summary"]["requests"] == 12
 
 
-def test_verdicts_of_the_period_have_time_and_evidence(lab: dict[str, Any]) -> None:
-    episodes = lab["doc"]["verdicts"]
+def test_verdicts_of_the_period_have_time_and_evidence(report_lab: dict[str, Any]) -> None:
+    episodes = report_lab["doc"]["verdicts"]
     slow = [e for e in episodes if (e["layer"], e["cause"]) == ("engine", "slow_prefill")]
     assert slow, f"the slow first tokens got no slow_prefill verdict: {episodes}"
     first = min(slow, key=lambda e: e["start"])
     start = dt.datetime.fromisoformat(first["start"]).timestamp()
     assert first["primary"] and first["scope"] == {"engine": "sim"}
-    assert lab["peak_at"] <= start <= lab["end"]
+    assert report_lab["peak_at"] <= start <= report_lab["end"]
     assert first["duration_s"] >= 10
     # The chain's evidence at the episode's end: the prefill time the fault added.
     assert "prefill" in first["summary"]
     assert any(line.startswith("llm_engine_prefill_time_seconds") for line in first["evidence"])
 
 
-def test_html_opens_offline_with_every_plot_and_the_json_numbers(lab: dict[str, Any]) -> None:
-    doc = lab["doc"]
-    url = (lab["out"] / "report.html").resolve().as_uri()
-    with browser_session() as browser, browser.open(url) as tab:
+def test_html_opens_offline_with_every_plot_and_the_json_numbers(report_lab: dict[str, Any],
+                                                                browser: BrowserSession) -> None:
+    doc = report_lab["doc"]
+    url = (report_lab["out"] / "report.html").resolve().as_uri()
+    with browser.open(url) as tab:
         page = tab.page
         requested: list[str] = []
         page.on("request", lambda r: requested.append(r.url))
@@ -286,14 +270,14 @@ def shown(text: str) -> float:
     raise AssertionError(f"not a number: {text!r}")
 
 
-def test_a_baseline_comparison_marks_the_regression(lab: dict[str, Any]) -> None:
-    prom, start, peak_at, end, tmp = (lab[k] for k in ("prom", "start", "peak_at", "end",
+def test_a_baseline_comparison_marks_the_regression(report_lab: dict[str, Any]) -> None:
+    prom, start, peak_at, end, tmp = (report_lab[k] for k in ("prom", "start", "peak_at", "end",
                                                        "tmp"))
     before, after = tmp / "before", tmp / "after"
-    done = run_report("--prometheus", prom, "--config", str(lab["flat"]), "--from",
+    done = run_report("--prometheus", prom, "--config", str(report_lab["flat"]), "--from",
                       f"{start:.3f}", "--to", f"{peak_at - 1:.3f}", "--out", str(before))
     assert done.returncode == 0, done.stderr
-    done = run_report("--prometheus", prom, "--config", str(lab["flat"]), "--from",
+    done = run_report("--prometheus", prom, "--config", str(report_lab["flat"]), "--from",
                       f"{peak_at + 1:.3f}", "--to", f"{end:.3f}", "--out", str(after),
                       "--baseline", str(before / "report.json"))
     assert done.returncode == 1, done.stderr
@@ -306,16 +290,16 @@ def test_a_baseline_comparison_marks_the_regression(lab: dict[str, Any]) -> None
     assert "REGRESSION" in (after / "report.html").read_text()
     # A bench baseline compares with the report's bench run: the same run, no regression.
     same = tmp / "same"
-    done = run_report("--prometheus", prom, "--config", str(lab["config"]), "--from",
+    done = run_report("--prometheus", prom, "--config", str(report_lab["config"]), "--from",
                       f"{start:.3f}", "--to", f"{end:.3f}", "--out", str(same),
-                      "--bench", str(lab["bench"]), "--baseline", str(lab["bench"]))
+                      "--bench", str(report_lab["bench"]), "--baseline", str(report_lab["bench"]))
     assert done.returncode == 0, done.stderr
     bench = json.loads((same / "report.json").read_text())["baseline"]
     assert bench["kind"] == "bench" and not any(c["regression"] for c in bench["changes"])
 
 
-def test_a_period_without_data_is_exit_3(lab: dict[str, Any], tmp_path: Path) -> None:
-    done = run_report("--prometheus", lab["prom"], "--from", "2020-01-01T00:00:00Z",
+def test_a_period_without_data_is_exit_3(report_lab: dict[str, Any], tmp_path: Path) -> None:
+    done = run_report("--prometheus", report_lab["prom"], "--from", "2020-01-01T00:00:00Z",
                       "--to", "2020-01-01T01:00:00Z", "--out", str(tmp_path / "r"))
     assert done.returncode == 3
     assert done.stderr.count("\n") == 1 and "no llm_ series" in done.stderr

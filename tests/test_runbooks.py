@@ -15,6 +15,7 @@ from tests.support.generated import (
     rules_of,
     unknown_names,
 )
+from tests.support.prometheus import PromCli
 
 DOC = ROOT / "docs" / "runbooks.md"
 FIELD_ORDER = ("**Network**", "**Engine queue**", "**Compute**", "**Application**")
@@ -48,12 +49,12 @@ def test_sections_check_in_the_field_order_with_queries() -> None:
         assert PROMQL.search(body), f"{name}: no PromQL to run"
 
 
-def test_queries_parse_and_name_series_that_exist(tmp_path: Path) -> None:
+def test_queries_parse_and_name_series_that_exist(tmp_path: Path, prom_cli: PromCli) -> None:
     recorded = {r["record"] for r in rules_of(RULE_FILES[0].read_text())}
     exprs = [line.strip() for block in PROMQL.findall(DOC.read_text(encoding="utf-8"))
              for line in block.splitlines() if line.strip()]
     assert len(exprs) > 50
-    out = promtool_check_exprs(exprs, tmp_path)
+    out = promtool_check_exprs(exprs, tmp_path, prom_cli)
     assert out.returncode == 0, out.stdout + out.stderr
     unknown = {e: names for e in exprs if (names := unknown_names(e, recorded))}
     assert not unknown

@@ -6,26 +6,24 @@ the same run.
 Until the decision chain, ``GET /api/v1/diagnosis`` and ``diagnose --prometheus`` are on
 this branch, every test here fails with a message naming what is missing: never a skip,
 so CI cannot pass without them. Without root, ip or nft the tests skip, except under
-CI=true, where they fail (tests/support/netlab.py, require_lab).
+CI=true, where they fail (the ``scenario_lab`` fixture of conftest.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.support import ROOT
 from tests.support.lab import SCENARIOS
-from tests.support.lab.runner import DIAGNOSIS_PATH, run_scenario
+from tests.support.lab.runner import DIAGNOSIS_PATH, LabRun
 from tests.support.lab.scenario import load_scenario, scenario_files
-from tests.support.netlab import require_lab
 
 FILES = scenario_files(SCENARIOS)
 
@@ -64,24 +62,13 @@ def diagnosis_present() -> None:
                     + "; ".join(missing) + " (issue 12, items 1-4)", pytrace=False)
 
 
-def require_prometheus() -> None:
-    if shutil.which("prometheus") is not None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail("CI=true and `prometheus` is not installed (Debian: prometheus)",
-                    pytrace=False)
-    pytest.skip("`prometheus` is not installed (Debian: prometheus)")
-
-
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("path", [_param(f) for f in FILES])
-def test_scenario_gives_the_expected_diagnosis(path: Path, tmp_path: Path) -> None:
+def test_scenario_gives_the_expected_diagnosis(
+        path: Path, scenario_lab: Callable[..., LabRun]) -> None:
     scenario = load_scenario(path)
-    require_lab()
-    sources = tuple(scenario.sources)
-    if "prometheus" in sources:
-        require_prometheus()
-    results = run_scenario(scenario, tmp_path, sources)
+    with scenario_lab(scenario, tuple(scenario.sources)) as run:
+        results = run.outcome()
     problems = {source: found for source, (_, found) in results.items() if found}
     assert not problems, "\n".join(
         f"{path.stem} ({source}): {'; '.join(found)}\n"

@@ -23,12 +23,7 @@ from exporter.stack import supervisor as stack
 from exporter.stack.sink import Sink, make_sink_server
 from exporter.stack.state import Ports, Service, Stack
 from tests.support import ROOT
-from tests.support.procs import free_port, http_get, wait_until
-
-
-def free_ports() -> Ports:
-    return Ports(simulator=free_port(), exporter=free_port(), prometheus=free_port(),
-                 alertmanager=free_port(), sink=free_port())
+from tests.support.procs import http_get, wait_until
 
 
 def get_json(url: str) -> Any:
@@ -48,10 +43,11 @@ def stack_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(180)
-def test_up_serves_every_component_and_down_stops_exactly_them(tmp_path: Path) -> None:
+def test_up_serves_every_component_and_down_stops_exactly_them(
+        tmp_path: Path, stack_ports: Ports) -> None:
     # Through the command line, as make stack runs it: the services outlive `up` and are
     # no children of ours, which is the case `down` must handle.
-    ports, state = free_ports(), tmp_path / "state.json"
+    ports, state = stack_ports, tmp_path / "state.json"
     port_args = [f"--{name}-port={port}" for name, port in asdict(ports).items()]
     result = stack_cli("up", f"--state={state}", *port_args)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -106,8 +102,9 @@ def test_down_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
         stranger.wait(5)
 
 
-def test_up_refuses_a_busy_port_before_starting_anything(tmp_path: Path) -> None:
-    ports, state = free_ports(), tmp_path / "state.json"
+def test_up_refuses_a_busy_port_before_starting_anything(tmp_path: Path, stack_ports: Ports
+                                                         ) -> None:
+    ports, state = stack_ports, tmp_path / "state.json"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", ports.prometheus))
         taken.listen()
@@ -117,7 +114,8 @@ def test_up_refuses_a_busy_port_before_starting_anything(tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(120)
-def test_a_failing_component_stops_everything_started_before_it(tmp_path: Path) -> None:
+def test_a_failing_component_stops_everything_started_before_it(tmp_path: Path,
+                                                                stack_ports: Ports) -> None:
     root = tmp_path / "repo"
     for part in ("deploy/prometheus", "deploy/stack", "alerts"):
         shutil.copytree(ROOT / part, root / part)
@@ -134,7 +132,7 @@ def test_a_failing_component_stops_everything_started_before_it(tmp_path: Path) 
     stack._wait_ready = spy  # type: ignore[assignment]
     try:
         with pytest.raises(stack.StackError, match="prometheus exited"):
-            stack.up(root, free_ports(), state, workdir)
+            stack.up(root, stack_ports, state, workdir)
     finally:
         stack._wait_ready = original  # type: ignore[assignment]
     assert [s.name for s in recorded][-1] == "prometheus" and len(recorded) == 5

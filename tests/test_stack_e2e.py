@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from exporter.stack import supervisor as stack
+from exporter.stack.state import Ports
 from tests.support import ROOT
 from tests.support.procs import http_get
-from tests.test_stack import free_ports
 
 ALERT = "LLMEngineDown"
 ENGINE = "main"  # the engine name in deploy/stack/exporter.yaml
@@ -101,11 +101,13 @@ def poll(pred: Callable[[], bool], timeout: float, what: str) -> float:
     raise AssertionError(f"no {what} within {timeout:.0f}s")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_engine_fault_pages_and_resolves_through_alertmanager(tmp_path: Path) -> None:
+def test_engine_fault_pages_and_resolves_through_alertmanager(tmp_path: Path,
+                                                              stack_ports: Ports) -> None:
     rule = engine_down_rule()
     receiver, group_wait, group_interval = route_for({**rule["labels"], "alertname": ALERT})
-    ports = free_ports()
+    ports = stack_ports
     state = tmp_path / "state.json"
     running = stack.up(ROOT, ports, state)
     try:

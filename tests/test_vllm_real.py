@@ -31,6 +31,7 @@ from tests.support.engine_fixtures import assert_same, expected_samples
 from tests.support.families import diff, family_set
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.support.samples import exposed_samples, total
+from tests.support.tiers import needs
 from tests.support.vllm_server import (
     ENV,
     FIXTURE,
@@ -42,13 +43,14 @@ from tests.support.vllm_server import (
     start_vllm,
 )
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 MAX_NUM_SEQS = 2
 DOC = ROOT / "docs" / "metrics.md"
 
 
 @pytest.fixture(scope="module")
+@needs("vllm")
 def vllm() -> Iterator[VllmServer]:
     reason = missing()
     if reason:

@@ -3,6 +3,10 @@ NVML library (no GPU here) and a peak-window clock that enters the config's firs
 at a chosen moment, so one short run sees both off-peak and peak time.
 
     python -m tests.support.e2e_exporter CONFIG PEAK_AT_UNIX_TIME
+
+:func:`loopback_config` is the config the tests against a real Prometheus give it (or the
+plain ``run`` command): the simulator as engine ``sim``, the ``chat`` probe on carrier
+``lab`` and a TCP path to the simulator, all on loopback.
 """
 
 from __future__ import annotations
@@ -11,13 +15,46 @@ import asyncio
 import datetime as dt
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pynvml
+import yaml
 
 from exporter.config.load import load_config
 from exporter.runtime.app import App
 from exporter.runtime.logs import setup_logging
 from tests.support.fake_nvml import FakeNvml, h200
+
+
+def loopback_config(exporter: int, sim: int, *, peak: tuple[str, str] = ("20:00", "23:00"),
+                    gpu: bool = True, probe: Mapping[str, Any] | None = None,
+                    more_probes: Sequence[Mapping[str, Any]] = (), **sections: Any) -> str:
+    """The exporter on 127.0.0.1:``exporter`` watching the simulator on port ``sim``: its
+    engine, the ``chat`` probe (with ``probe`` merged in), ``more_probes`` on the same
+    endpoint and carrier, a TCP path to it, the fake GPU unless ``gpu`` is false, the peak
+    window ``peak`` (UTC) and further top-level ``sections`` (``diagnosis={...}``)."""
+    url = f"http://127.0.0.1:{sim}/v1/chat/completions"
+    common = {"url": url, "model": "simulated-model", "min_spacing": "100ms",
+              "carrier": "lab", "engine": "sim"}
+    doc: dict[str, Any] = {
+        "server": {"listen_address": f"127.0.0.1:{exporter}", "log_level": "warning"},
+        "peak_windows": {"timezone": "UTC",
+                         "windows": {"evening": {"start": peak[0], "end": peak[1]}}},
+        "slo": {"ttft_p95_seconds": 0.5, "tpot_p95_seconds": 0.05},
+        "engines": [{"name": "sim", "url": f"http://127.0.0.1:{sim}/metrics", "type": "vllm",
+                     "interval": "1s", "timeout": "900ms"}],
+        "probes": [{"name": "chat", **common, "interval": "1s", "max_tokens": 16,
+                    **(probe or {})},
+                   *({**common, **extra} for extra in more_probes)],
+        "paths": {"interval": "2s", "burst": 5, "spacing": "100ms", "timeout": "500ms",
+                  "route_interval": "5s",
+                  "carriers": {"lab": [{"name": "lo", "host": "127.0.0.1", "region": "local",
+                                        "protocol": "tcp", "port": sim}]}},
+        **({"gpu": {"enabled": True, "interval": "1s"}} if gpu else {}),
+        **sections,
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def main(argv: list[str]) -> int:

@@ -18,6 +18,7 @@ from exporter import metrics
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from tests.support import ROOT
+from tests.support.prometheus import PromCli
 
 EXAMPLE = ROOT / "config.example.yaml"
 ALERTS = ROOT / "alerts"
@@ -128,12 +129,11 @@ def substitute(expr: str, rate_interval: str, values: dict[str, str] | None = No
     return re.sub(r"\$\{?[a-z_]+\}?", ".*", out)
 
 
-def promtool_check_exprs(exprs: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    """Parse every expression with promtool (as recording rules, its only offline parser)."""
+def promtool_check_exprs(exprs: list[str], tmp: Path, prom_cli: PromCli
+                         ) -> subprocess.CompletedProcess[str]:
+    """Parse every expression with promtool (as recording rules, its only offline parser);
+    ``prom_cli`` is the fixture of that name."""
     rules = [{"record": f"check:query:{i}", "expr": e} for i, e in enumerate(exprs)]
     path = tmp / "queries.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "queries", "rules": rules}]}))
-    return subprocess.run(
-        ["promtool", "check", "rules", "--lint=none", str(path)],
-        capture_output=True, text=True, timeout=60,
-    )
+    return prom_cli("promtool", "check", "rules", "--lint=none", str(path))

@@ -15,11 +15,36 @@ from pathlib import Path
 
 from tests.support import ROOT
 
+#: Ports handed out below the kernel's ephemeral range (32768 up by default), so that no
+#: outgoing connection takes one between free_port() and the server's bind; each pytest-xdist
+#: worker has a slice of its own, so concurrent workers never pick the same one.
+PORTS = range(10000, 32768)
+SLICE = 2500
+_next: list[int] = []
+
+
+def _slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    first = PORTS.start + (index * SLICE) % (len(PORTS) - SLICE)
+    return range(first, first + SLICE)
+
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port nothing listens on, from this process's slice, in turn."""
+    ports = _slice()
+    if not _next:  # a random start: a rerun or a second session does not retrace the first
+        _next.append(ports.start + (os.getpid() * 7919) % len(ports))
+    for _ in range(len(ports)):
+        port = _next[0]
+        _next[0] = ports.start + (port + 1 - ports.start) % len(ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:

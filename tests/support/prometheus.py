@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -36,6 +37,11 @@ scrape_configs:
   - job_name: llm
     static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
 """
+
+
+#: ``run("promtool", "check", "rules", FILE, input=None)``: the ``prom_cli`` fixture of
+#: conftest.py, which runs one of the Prometheus tools (promtool, amtool) with output captured.
+PromCli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @dataclass(frozen=True)

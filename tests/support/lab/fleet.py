@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +33,9 @@ from exporter import metrics
 from exporter.config.load import load_config
 from exporter.monitoring import generate
 from tests.support import ROOT
+from tests.support.lab.base import NetRun
 from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, CarrierPath
 from tests.support.lab.topology import PROXY_PORT, CarrierLab
-from tests.support.netlab import in_netns
-from tests.support.procs import http_get
 from tests.support.prometheus import command as prometheus_command
 from tests.support.simulator import simulate_args
 
@@ -84,17 +82,6 @@ class Edge:
     ns: str
     labels: dict[str, str]
     uplink: str  # the hub's address on this edge's management link
-
-
-def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path | None = None
-          ) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    tail = "" if log is None else " (log: " + log.read_text(errors="replace")[-400:].strip() + ")"
-    raise FleetError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
 
 
 def render_edge(labels: dict[str, str], exporter: str, alertmanager: str, remote_write: str,
@@ -168,59 +155,35 @@ def vantage_config(carrier: str, target: str) -> dict[str, Any]:
     }
 
 
-class Fleet:
+class Fleet(NetRun):
     """The running fleet. Use as a context manager; ``close()`` always cleans up."""
 
+    error = FleetError
+
     def __init__(self, workdir: Path, peak_for: float, load_seconds: float) -> None:
-        self.workdir = workdir
+        super().__init__(workdir)
         self.peak_for = peak_for
         self.load_seconds = load_seconds
-        self.net: CarrierLab | None = None
         self.hub = ""
         self.edges: dict[str, Edge] = {}
-        self.logs: dict[str, Path] = {}
         self.vm: subprocess.Popen[bytes] | None = None
         self.gpu_file = workdir / "gpu.json"
         self.central_config = workdir / "central.yaml"
         self.gpu: dict[str, Any] = {"count": 1, "utilization": 0.6, "memory_used": 0.5}
 
-    def __enter__(self) -> Fleet:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def lab(self) -> CarrierLab:
-        assert self.net is not None, "the fleet is not started"
-        return self.net
-
-    def spawn(self, ns: str, what: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = self.logs[what] = self.workdir / f"{what}.log"
-        with log.open("wb") as out:
-            return self.lab.spawn(ns, args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-
-    def get(self, ns: str, url: str, timeout: float = 10) -> tuple[int, str]:
-        return in_netns(ns, lambda: http_get(url, timeout=timeout))
-
     # --- start ----------------------------------------------------------------------------
     def start(self) -> None:
-        self.net = CarrierLab(self.workdir, SIM_PORT, vantage_points=True)
-        self.hub = self.lab.lab.netns("hub")
+        self.carrier_lab = CarrierLab(self.workdir, SIM_PORT, vantage_points=True)
+        self.hub = self.net.lab.netns("hub")
         for i, carrier in enumerate(CARRIERS):
-            self.lab.set_route(carrier, list(DEFAULT_HOPS[carrier]))
-            self.lab.shape(carrier, CarrierPath(), seed=1)
-            c = self.lab.carriers[carrier]
+            self.net.set_route(carrier, list(DEFAULT_HOPS[carrier]))
+            self.net.shape(carrier, CarrierPath(), seed=1)
+            c = self.net.carriers[carrier]
             self.edges[VANTAGE[carrier]] = Edge(VANTAGE[carrier], c.client,
                                                 {"vantage": VANTAGE[carrier]},
                                                 self._uplink(c.client, i))
-        self.edges[SITE] = Edge(SITE, self.lab.site, {"site": SITE},
-                                self._uplink(self.lab.site, len(CARRIERS)))
+        self.edges[SITE] = Edge(SITE, self.net.site, {"site": SITE},
+                                self._uplink(self.net.site, len(CARRIERS)))
         self.central_config.write_text(yaml.safe_dump(SHARED, sort_keys=False))
         self.start_vm()
         (self.workdir / "alertmanager.yml").write_text(ALERTMANAGER)
@@ -229,16 +192,16 @@ class Fleet:
             f"--config.file={self.workdir / 'alertmanager.yml'}",
             f"--storage.path={self.workdir / 'am'}", f"--web.listen-address=:{AM_PORT}",
             "--cluster.listen-address="])
-        self.spawn(self.lab.site, "simulator", [
+        self.spawn(self.net.site, "simulator", [
             sys.executable, "-m", "exporter",
             *simulate_args(SIM_PORT, fmt="vllm", host="0.0.0.0", seed=1)])
-        _wait(lambda: self.get(self.lab.site, f"http://127.0.0.1:{SIM_PORT}/health", 1)[0]
-              == 200, 30, "the simulator", self.logs["simulator"])
+        self.wait(lambda: self.get(self.net.site, f"http://127.0.0.1:{SIM_PORT}/health", 1)[0]
+                  == 200, 30, "simulator")
         self.write_gpu()
         peak_end = str(time.time() + self.peak_for)
         for carrier in CARRIERS:
             edge = self.edges[VANTAGE[carrier]]
-            self._exporter(edge, vantage_config(carrier, self.lab.carriers[carrier].target),
+            self._exporter(edge, vantage_config(carrier, self.net.carriers[carrier].target),
                            self.workdir / f"{edge.name}-gpu.json", peak_end)
         self._exporter(self.edges[SITE], site_config(), self.gpu_file, peak_end)
         for edge in self.edges.values():
@@ -247,18 +210,18 @@ class Fleet:
             self._ready(edge.ns, f"{EXPORTER_PORT}/metrics", f"{edge.name}-exporter")
             self._ready(edge.ns, f"{PROMETHEUS_PORT}/-/ready", f"{edge.name}-prometheus")
         self._ready(self.hub, f"{AM_PORT}/-/ready", "alertmanager")
-        self.spawn(self.lab.site, "load", [
+        self.spawn(self.net.site, "load", [
             sys.executable, "-m", "tests.support.lab.load",
             f"http://127.0.0.1:{SIM_PORT}/v1/chat/completions",
             f"--phase={self.load_seconds}:2:256:32:64"])
 
     def _ready(self, ns: str, where: str, what: str, timeout: float = 40) -> None:
         url = f"http://127.0.0.1:{where}"
-        _wait(lambda: self.get(ns, url, 2)[0] == 200, timeout, what, self.logs[what])
+        self.wait(lambda: self.get(ns, url, 2)[0] == 200, timeout, what)
 
     def _uplink(self, ns: str, index: int) -> str:
         edge_side, hub_side = f"198.18.40.{4 * index + 1}", f"198.18.40.{4 * index + 2}"
-        self.lab.lab.link(ns, edge_side, self.hub, hub_side)
+        self.net.lab.link(ns, edge_side, self.hub, hub_side)
         return hub_side
 
     def _exporter(self, edge: Edge, config: dict[str, Any], gpu_file: Path, peak_end: str
@@ -290,12 +253,12 @@ class Fleet:
             "victoria-metrics", f"-storageDataPath={self.workdir / 'vm'}",
             f"-httpListenAddr=:{VM_PORT}", "-search.latencyOffset=1s",
             "-search.disableCache", "-loggerLevel=WARN"])
-        _wait(lambda: self.get(self.hub, f"http://127.0.0.1:{VM_PORT}/health", 1)[0] == 200,
-              30, "VictoriaMetrics", self.logs["victoria-metrics"])
+        self.wait(lambda: self.get(self.hub, f"http://127.0.0.1:{VM_PORT}/health", 1)[0]
+                  == 200, 30, "victoria-metrics")
 
     def stop_vm(self) -> None:
         assert self.vm is not None
-        self.lab.lab.stop(self.vm)
+        self.net.lab.stop(self.vm)
         self.vm = None
 
     @property
@@ -326,30 +289,15 @@ class Fleet:
 
     def diagnose(self) -> dict[str, Any]:
         """The diagnosis's Prometheus source against VictoriaMetrics, as a person runs it."""
-        proc = subprocess.run(
-            ["ip", "netns", "exec", self.hub, sys.executable, "-m", "exporter", "diagnose",
-             "--prometheus", self.vm_url, "--config", str(self.central_config), "--json"],
-            cwd=ROOT, capture_output=True, text=True, timeout=90)
-        if proc.returncode not in (0, 1, 3):
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise FleetError(f"diagnose --prometheus exited {proc.returncode}: {last}")
-        result: dict[str, Any] = json.loads(proc.stdout)
-        return result
+        return self.diagnose_in(self.hub, self.vm_url, self.central_config, timeout=90)
 
     # --- faults ---------------------------------------------------------------------------
     def impair(self, carrier: str, path: CarrierPath) -> None:
-        self.lab.shape(carrier, path, seed=2)
+        self.net.shape(carrier, path, seed=2)
 
     def write_gpu(self) -> None:
-        tmp = self.gpu_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.gpu))
-        tmp.replace(self.gpu_file)
+        self.write_json(self.gpu_file, self.gpu)
 
     def xid(self, gpu: int, code: int) -> None:
         self.gpu = {**self.gpu, "xids": [*self.gpu.get("xids", []), [gpu, code]]}
         self.write_gpu()
-
-    def close(self) -> None:
-        if self.net is not None:
-            self.net.close()
-            self.net = None

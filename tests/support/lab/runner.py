@@ -25,7 +25,7 @@ import yaml
 from exporter.config.load import load_config
 from exporter.config.values import format_duration
 from exporter.monitoring import findings, generate
-from tests.support import ROOT
+from tests.support.lab.base import NetRun
 from tests.support.lab.scenario import (
     CARRIERS,
     DEFAULT_HOPS,
@@ -36,7 +36,8 @@ from tests.support.lab.scenario import (
 )
 from tests.support.lab.topology import PROXY_PORT, SITE_ADDR, CarrierLab
 from tests.support.netlab import in_netns
-from tests.support.procs import http_get
+from tests.support.prometheus import command as prometheus_command
+from tests.support.prometheus import scrape_config
 from tests.support.simulator import simulate_args
 
 SIM_PORT = 8800
@@ -51,13 +52,6 @@ DIAGNOSIS_PATH = "/api/v1/diagnosis"
 #: The probes' timeouts unless a scenario's ``probes.timeouts`` changes them.
 PROBE_TIMEOUTS: dict[str, str | float] = {"connect": "2s", "first_token": "10s", "total": "20s"}
 
-PROMETHEUS = """
-global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
-rule_files: [{rules}/recording.yaml, {rules}/alerts.yaml]
-scrape_configs:
-  - job_name: llm
-    static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
-"""
 
 
 class LabError(Exception):
@@ -111,69 +105,34 @@ def _post(url: str, body: dict[str, Any]) -> None:
             raise LabError(f"{url}: HTTP {resp.status}")
 
 
-def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    tail = "" if log is None else " (log: " + log.read_text(errors="replace")[-300:].strip() + ")"
-    raise LabError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
-
-
-class LabRun:
+class LabRun(NetRun):
     """A running lab for one scenario. Use as a context manager; ``close()`` always cleans up."""
+
+    error = LabError
 
     def __init__(self, scenario: Scenario, workdir: Path,
                  sources: tuple[str, ...] = ("exporter",)) -> None:
+        super().__init__(workdir)
         self.scenario = scenario
-        self.workdir = workdir
         self.sources = sources
-        self.lab: CarrierLab | None = None
         self.sim: subprocess.Popen[bytes] | None = None
         self.gpu_file = workdir / "gpu.json"
         self.config_file = workdir / "config.yaml"
-        self.logs: dict[str, Path] = {}
-
-    def __enter__(self) -> LabRun:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- plumbing -------------------------------------------------------------------------
-    @property
-    def net(self) -> CarrierLab:
-        assert self.lab is not None, "the lab is not started"
-        return self.lab
-
-    def spawn(self, ns: str, what: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = self.logs[what] = self.workdir / f"{what}.log"
-        with log.open("wb") as out:
-            return self.net.spawn(ns, args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
     def client_get(self, path: str, port: int = EXPORTER_PORT, timeout: float = 5) -> tuple[int, str]:
         """GET from inside the client namespace (where the exporter and Prometheus listen)."""
-        return in_netns(self.net.client,
-                        lambda: http_get(f"http://127.0.0.1:{port}{path}", timeout=timeout))
+        return self.get(self.net.client, f"http://127.0.0.1:{port}{path}", timeout)
 
     def sim_post(self, path: str, body: dict[str, Any]) -> None:
         in_netns(self.net.client, lambda: _post(f"http://{SITE_ADDR}:{SIM_PORT}{path}", body))
 
     def write_gpu(self, gpu: Gpu) -> None:
-        tmp = self.gpu_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(gpu.model_dump()))
-        tmp.replace(self.gpu_file)  # the exporter never reads half a file
+        self.write_json(self.gpu_file, gpu.model_dump())
 
     # --- phases ---------------------------------------------------------------------------
     def start(self) -> None:
         s = self.scenario
-        self.lab = CarrierLab(self.workdir, SIM_PORT)
+        self.carrier_lab = CarrierLab(self.workdir, SIM_PORT)
         for carrier in CARRIERS:
             self.net.set_route(carrier, list(DEFAULT_HOPS[carrier]))
             self.net.shape(carrier, self.first(carrier), s.seed)
@@ -181,9 +140,8 @@ class LabRun:
         self.sim = self.spawn(self.net.site, "simulator", [
             sys.executable, "-m", "exporter",
             *simulate_args(SIM_PORT, fmt="vllm", host="0.0.0.0", seed=s.seed, **flags)])
-        _wait(lambda: in_netns(self.net.client, lambda: http_get(
-            f"http://{SITE_ADDR}:{SIM_PORT}/health", timeout=1)[0]) == 200,
-            20, "the simulator", self.logs["simulator"])
+        self.wait(lambda: self.get(self.net.client, f"http://{SITE_ADDR}:{SIM_PORT}/health",
+                                   1)[0] == 200, 20, "simulator")
 
         targets = {c: self.net.carriers[c].target for c in CARRIERS}
         config = exporter_config(s, targets, dt.datetime.now(dt.UTC))
@@ -196,16 +154,13 @@ class LabRun:
             generated = self.workdir / "generated"
             generate.write(load_config(self.config_file), generated)
             prom = self.workdir / "prometheus.yml"
-            prom.write_text(PROMETHEUS.format(rules=generated / "rules", exporter=EXPORTER_PORT))
-            self.spawn(self.net.client, "prometheus", [
-                "prometheus", f"--config.file={prom}",
-                f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"])
-        _wait(lambda: self.client_get("/metrics", timeout=1)[0] == 200, 30, "the exporter",
-              self.logs["exporter"])
+            prom.write_text(scrape_config(EXPORTER_PORT, generated / "rules"))
+            self.spawn(self.net.client, "prometheus", prometheus_command(
+                prom, self.workdir / "tsdb", f"127.0.0.1:{PROMETHEUS_PORT}"))
+        self.wait(lambda: self.client_get("/metrics", timeout=1)[0] == 200, 30, "exporter")
         if "prometheus" in self.sources:
-            _wait(lambda: self.client_get("/-/ready", PROMETHEUS_PORT, 1)[0] == 200, 30,
-                  "prometheus", self.logs["prometheus"])
+            self.wait(lambda: self.client_get("/-/ready", PROMETHEUS_PORT, 1)[0] == 200, 30,
+                      "prometheus")
 
         phases = []
         if s.baseline > 0:
@@ -249,19 +204,9 @@ class LabRun:
             if status != 200:
                 raise LabError(f"GET {DIAGNOSIS_PATH}: HTTP {status or 'no answer'}")
             return json.loads(body)  # type: ignore[no-any-return]
-        proc = subprocess.run(
-            ["ip", "netns", "exec", self.net.client, sys.executable, "-m", "exporter",
-             "diagnose", "--prometheus", f"http://127.0.0.1:{PROMETHEUS_PORT}",
-             # The run's own config: its SLOs and diagnosis thresholds, as the exporter's.
-             "--config", str(self.config_file), "--window", str(window), "--json"],
-            cwd=ROOT, capture_output=True, text=True, timeout=60)
-        if proc.returncode not in (0, 1, 3):
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise LabError(f"diagnose --prometheus exited {proc.returncode}: {last}")
-        try:
-            return json.loads(proc.stdout)  # type: ignore[no-any-return]
-        except ValueError:
-            raise LabError("diagnose --prometheus --json printed no JSON") from None
+        # The run's own config: its SLOs and diagnosis thresholds, as the exporter's.
+        return self.diagnose_in(self.net.client, f"http://127.0.0.1:{PROMETHEUS_PORT}",
+                                self.config_file, "--window", str(window))
 
     def scraped(self, span: float = 3, timeout: float = 60) -> None:
         """Wait until every scrape of the last ``span`` seconds succeeded: one scrape that
@@ -274,7 +219,8 @@ class LabRun:
                                            port=PROMETHEUS_PORT, timeout=5)
             result = json.loads(body)["data"]["result"] if status == 200 else []
             return bool(result) and all(float(r["value"][1]) == 1 for r in result)
-        _wait(ok, timeout, f"{span:g}s of successful scrapes", self.logs.get("exporter"))
+        # Named by the log whose tail explains a timeout: the exporter Prometheus scrapes.
+        self.wait(ok, timeout, "exporter")
 
     def alerts(self) -> list[dict[str, str]]:
         """The labels of every alert the generated rules have pending or firing in the run's
@@ -288,10 +234,27 @@ class LabRun:
             labels.pop("__name__", None)
         return sorted(found, key=lambda a: sorted(a.items()))
 
-    def close(self) -> None:
-        if self.lab is not None:
-            self.lab.close()
-            self.lab = None
+    def outcome(self, progress: Callable[[str], None] = lambda _: None,
+                ) -> dict[str, tuple[dict[str, Any], list[str]]]:
+        """Run the scenario on the started lab: baseline, apply, settle, then per source
+        the diagnosis JSON and why it misses ``expect``."""
+        s = self.scenario
+        expect = [e.model_dump() for e in s.expect]
+        progress(f"lab up; baseline {s.baseline:g}s")
+        time.sleep(s.baseline)
+        self.apply()
+        progress(f"scenario applied; settling {s.settle:g}s")
+        time.sleep(s.settle)
+        out = {}
+        for source in self.sources:
+            if source == "prometheus":
+                self.scraped()
+            diagnosis = self.diagnosis(source)
+            why = match(expect, diagnosis)
+            if source == "prometheus":
+                why += one_answer(self.alerts(), diagnosis)
+            out[source] = (diagnosis, why)
+        return out
 
 
 def match(expect: list[dict[str, Any]], diagnosis: dict[str, Any]) -> list[str]:
@@ -346,21 +309,7 @@ def _names(verdicts: list[dict[str, Any]]) -> str:
 def run_scenario(scenario: Scenario, workdir: Path, sources: tuple[str, ...],
                  progress: Callable[[str], None] = lambda _: None,
                  ) -> dict[str, tuple[dict[str, Any], list[str]]]:
-    """Run one scenario; per source, the diagnosis JSON and why it misses ``expect``."""
-    expect = [e.model_dump() for e in scenario.expect]
+    """Run one scenario in a lab of its own; per source, the diagnosis and why it misses
+    ``expect`` (the lab's CLI; tests take the ``scenario_lab`` fixture)."""
     with LabRun(scenario, workdir, sources) as run:
-        progress(f"lab up; baseline {scenario.baseline:g}s")
-        time.sleep(scenario.baseline)
-        run.apply()
-        progress(f"scenario applied; settling {scenario.settle:g}s")
-        time.sleep(scenario.settle)
-        out = {}
-        for source in sources:
-            if source == "prometheus":
-                run.scraped()
-            diagnosis = run.diagnosis(source)
-            why = match(expect, diagnosis)
-            if source == "prometheus":
-                why += one_answer(run.alerts(), diagnosis)
-            out[source] = (diagnosis, why)
-        return out
+        return run.outcome(progress)

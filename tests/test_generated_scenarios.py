@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.support.lab.expect import Ambiguous, expected
 from tests.support.lab.generate import generate, lab_of, write
-from tests.support.lab.runner import run_scenario
+from tests.support.lab.runner import LabRun
 from tests.support.lab.scenario import Scenario, load_scenario
-from tests.support.netlab import require_lab
-from tests.support.prometheus import require
 
 #: The CI sample: (seed, how many to generate, which of them to run): a healthy run (three
 #: carriers' knobs under their lines), engine/queueing, and two double faults
@@ -97,11 +96,11 @@ def sampled() -> list[Scenario]:
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("index", SAMPLE, ids=[f"gen-{SAMPLE_SEED}-{i}" for i in SAMPLE])
-def test_generated_scenario_gives_its_expected_diagnosis(index: int, tmp_path: Path) -> None:
+def test_generated_scenario_gives_its_expected_diagnosis(
+        index: int, scenario_lab: Callable[..., LabRun]) -> None:
     scenario = sampled()[index]
-    require_lab()
-    require("prometheus")
-    results = run_scenario(scenario, tmp_path, tuple(scenario.sources))
+    with scenario_lab(scenario, tuple(scenario.sources)) as run:
+        results = run.outcome()
     problems = {source: found for source, (_, found) in results.items() if found}
     assert not problems, "\n".join(
         f"{scenario.description} ({source}): {'; '.join(found)}\n"

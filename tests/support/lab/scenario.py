@@ -10,6 +10,7 @@ engine is stopped); ``settle`` later the diagnosis is read and compared with ``e
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from exporter import metrics
-from exporter.checks.path.routes import load_table
+from exporter.checks.path.routes import RouteTable, load_table
 from exporter.config.values import Duration, Ratio, StrictModel
 from exporter.config.yamlfile import ConfigError, compose_named, validate
 from exporter.diagnosis.result import CAUSES, SCOPE_KEYS
@@ -43,10 +44,16 @@ class ScenarioError(Exception):
         self.messages = messages
 
 
+@functools.cache
+def _route_table() -> RouteTable:
+    # Read once: the generator validates thousands of drawn scenarios.
+    return load_table()
+
+
 def hop_networks(hop: str) -> list[str]:
     """What one ``hops`` entry stands for: a literal address, a network of the route table
     (one hop in it), or a route class (one hop in each network its rule needs)."""
-    table = load_table()
+    table = _route_table()
     try:
         ipaddress.IPv4Address(hop)
         return [hop]

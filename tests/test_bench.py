@@ -152,10 +152,11 @@ def test_help_has_examples() -> None:
 
 
 def test_compare_flags_an_injected_ttft_regression(sim: Simulator, tmp_path: Path) -> None:
-    # TTFT of ~200 ms from the fault, so loopback jitter is a few percent of it; then 25%
-    # more, injected the same way. Inter-token gaps are ~6 ms, and a busy 2-core machine (the
+    # TTFT of ~200 ms from the fault, so loopback jitter is a few percent of it; then 50%
+    # more, injected the same way (at 25% a busy machine's own +5-10% on the baseline left
+    # the P95 under the 20% gate). Inter-token gaps are ~6 ms, and a busy 2-core machine (the
     # fast tier runs two workers on two cores) moves their p95 by 5 ms and more: the 20 ms
-    # floor keeps that noise from gating, and is well under the +50 ms that must gate.
+    # floor keeps that noise from gating, and is well under the +100 ms that must gate.
     common = ["--url", sim.base, "--model", MODEL, "--requests", "10", "--concurrency", "2",
               "--max-tokens", "4", "--prompt-tokens", "64", "--regression-floor", "20ms"]
     base, again, slow = tmp_path / "base.json", tmp_path / "again.json", tmp_path / "slow.json"
@@ -165,7 +166,7 @@ def test_compare_flags_an_injected_ttft_regression(sim: Simulator, tmp_path: Pat
     same = bench(*common, "--json", str(again), "--compare", str(base))
     assert same.returncode == 0, same.stdout
     assert "no regression" in same.stdout
-    sim.faults(slow_first_token=0.25)
+    sim.faults(slow_first_token=0.3)
     worse = bench(*common, "--json", str(slow), "--compare", str(base), "--max-regression",
                   "0.2")
     assert worse.returncode == 1, worse.stdout
@@ -175,9 +176,9 @@ def test_compare_flags_an_injected_ttft_regression(sim: Simulator, tmp_path: Pat
     assert not any(ln.startswith(("tpot", "itl")) for ln in flagged), worse.stdout
     base_p50 = json.loads(base.read_text())["summary"]["latency"]["ttft_s"]["p50"]
     slow_p50 = json.loads(slow.read_text())["summary"]["latency"]["ttft_s"]["p50"]
-    assert 1.2 < slow_p50 / base_p50 < 1.35
+    assert 1.35 < slow_p50 / base_p50 < 1.6
     # The same regression under a looser bar passes.
-    looser = bench(*common, "--compare", str(base), "--max-regression", "0.5")
+    looser = bench(*common, "--compare", str(base), "--max-regression", "1.0")
     assert looser.returncode == 0, looser.stdout
 
 

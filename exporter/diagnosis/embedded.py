@@ -138,8 +138,8 @@ class Evaluator:
 
     def _peak_ratio(self, leaf: PeakRatio, kind: Kind) -> Values:
         """At each step boundary of the history (where a subquery evaluates), the increase
-        since the sample a window earlier, from the newest snapshot at or before each end
-        (an instant selector's sample)."""
+        from the newest snapshot at or before it (an instant selector's sample) back to the
+        newest one a window before that."""
         snaps = self._snapshots()
         if not snaps:
             return {}
@@ -159,8 +159,12 @@ class Evaluator:
         best: Values = {}
         t = math.floor(end / step) * step
         while t > end - self.config.diagnosis.history and t - span >= times[0]:
-            a, b = at(t - span), at(t)
+            b = at(t)
             t -= step
+            # From the sample a window before the one read at t: the coarse snapshots are
+            # a step apart at the exporter's own phase, so a window shorter than a step
+            # still spans two of them (on the samples' grid this is the subquery's span).
+            a = at(b.at - span) if b is not None else None
             if a is None or b is None or a is b:
                 continue
             den = increase(a, b, leaf.den)

@@ -352,3 +352,17 @@ def test_schema_matches_the_vocabulary() -> None:
     branches = SCHEMA["$defs"]["verdict"]["oneOf"]
     assert {b["properties"]["layer"]["const"]: tuple(b["properties"]["cause"]["enum"])
             for b in branches} == dict(CAUSES)
+
+
+def test_the_probes_own_long_prompts_are_no_users_prompts() -> None:
+    # An engine that serves only the probes, one of them a long-context probe (3000-token
+    # prompts), its prefill slowed and no best rate in the history yet: the engine counts two
+    # requests more than the probes (the window's edges), but there are no users' prompts to
+    # blame, so the slow prefill is the engine's.
+    obs = all_probes(healthy(), **SLOW_ALL, prompt_tokens_mean=30.0)
+    obs = with_probe(obs, "chat", profile="long_context", prompt_tokens_mean=3000.0)
+    tokens = 20 * 3000.0 + 60 * 30.0 + 2 * 3000.0
+    obs = with_engine(obs, ttft_p95=2.0, requests=82.0, prompt_tokens_mean=tokens / 82,
+                      prefill_seconds=82 * 0.8, prefill_rate_max=None, **NO_BASELINE)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause) for v in d.verdicts][:1] == [("engine", "slow_prefill")], render(d)

@@ -36,17 +36,30 @@ PREFILL_RATE = (f"rate({metrics.ENGINE_PROMPT_TOKENS.name}) / "
                 f"rate({metrics.ENGINE_PREFILL_TIME.name}_sum)")
 
 
+#: Probe outcomes of requests that never reached the engine: the rest did (a timed-out or
+#: reset request was admitted, prefilled and counted finished as aborted).
+NOT_SERVED = frozenset((metrics.ProbeOutcome.TIMEOUT_CONNECT.value,
+                        metrics.ProbeOutcome.CONNECT_ERROR.value,
+                        metrics.ProbeOutcome.RATE_LIMITED.value))
+
+
 def users_prompt(ctx: Context, e: EngineWindow) -> float | None:
     """Prompt tokens per request of the engine's users: the engine's mean without the
-    requests of the exporter's own short probes, which would dilute it."""
+    requests of the exporter's own probes (short ones would dilute it, a long-context one
+    would pass for a user's long prompt). None where what is left is under min_requests:
+    the probes are all the engine serves (the remainder is the window's edges, where the
+    engine and the probes count a request a scrape apart), and there are no users' prompts
+    to blame."""
     if not e.prompt_tokens_mean or e.requests < 1:
         return None
     tokens, requests = e.prompt_tokens_mean * e.requests, e.requests
     for p in ctx.obs.probes:
         if e in ctx.engines_of(p) and p.prompt_tokens_mean is not None:
-            ok = p.outcomes.get(metrics.ProbeOutcome.OK.value, 0)
-            tokens, requests = tokens - p.prompt_tokens_mean * ok, requests - ok
-    return tokens / requests if requests >= 1 and tokens > 0 else e.prompt_tokens_mean
+            served = sum(n for o, n in p.outcomes.items() if o not in NOT_SERVED)
+            tokens, requests = tokens - p.prompt_tokens_mean * served, requests - served
+    if requests < ctx.th.min_requests:
+        return None
+    return tokens / requests if tokens > 0 else e.prompt_tokens_mean
 
 
 def prompt_cost(ctx: Context, st: EngineState) -> tuple[float, float, float] | None:

@@ -5,8 +5,9 @@ The model bounds each statistic the chain reads (a probe's TTFT and TPOT, the en
 inter-token P95 and queue share, a path's loss, RTT and jitter) between a lower and an upper
 value computed from the knobs (network delay and jitter, the simulator's step times and
 capacity, the load), then applies the documented rules of docs/diagnosis.md (symptom per
-probe, attribution in chain order, an engine split replaced by its GPU why). A decision is
-taken only with a margin:
+probe, attribution in chain order, an engine split replaced by its GPU why, a layer over an
+alert line a verdict whether or not a probe feels it, the primary the cause that explains most
+of what the probes feel). A decision is taken only with a margin:
 
 * a bounded quantity decides when its lower bound is over ``MARGIN`` x the threshold, or its
   upper bound under the threshold / ``MARGIN``;
@@ -264,17 +265,30 @@ class Found:
     explains: frozenset[str]
     fails: frozenset[str]
     riders: list[Sick]
+    #: Its own numbers are over an alert's line (exporter/monitoring/findings.py): a
+    #: verdict whether or not a probe feels it.
     own: bool = False
-    claimed: bool = False
+    #: A fault on its own (the engine down): first among equals.
+    hard: bool = False
+    #: How many probe symptoms it took over (the chain's primary explains the most).
+    felt: int = 0
+
+    @property
+    def claimed(self) -> bool:
+        return self.felt > 0
 
     def claim(self) -> None:
         for s in self.riders:
             taken = s.open & self.explains
             if "failures" in taken and s.failure_kind not in self.fails:
                 taken.discard("failures")
-            if taken:
-                self.claimed = True
-                s.open -= taken
+            self.felt += len(taken)
+            s.open -= taken
+
+
+def probe_scope(s: Sick) -> dict[str, str]:
+    """A probe's own cause names the probe (and its carrier): not the path's target."""
+    return {"carrier": s.carrier, "probe": s.probe} if s.carrier else {"probe": s.probe}
 
 
 ALL = frozenset(("ttft", "tpot", "failures"))
@@ -292,31 +306,33 @@ def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
     n_lo, n_hi = math.floor(bursts * 0.85) * paths.burst, math.ceil(bursts * 1.1) * paths.burst
     out: list[Found] = []
     for carrier in CARRIERS:
+        # A path fault no one feels is a verdict only over its alert's line (own).
         riders = [s for s in sick if s.carrier == carrier]
-        if not riders:
-            continue  # every carrier has its probe: a path fault no one feels is no verdict
         p = lab.scenario.path(carrier)
-        scope = {"carrier": carrier}
+        # Path causes are scoped like their alerts: the carrier and the path's target.
+        scope = {"carrier": carrier, "target": paths.carriers[carrier][0].name}
 
         def add(cause: str, explains: frozenset[str], riders: list[Sick] = riders,
-                scope: dict[str, str] = scope) -> None:
-            f = Found("network", cause, scope, explains, NET_FAILS, riders)
+                scope: dict[str, str] = scope, own: bool = False) -> None:
+            f = Found("network", cause, scope, explains, NET_FAILS, riders, own=own)
             f.claim()
             out.append(f)
 
         if need(drawn(n_lo, n_hi, p.loss, p.loss, th.loss_ratio) if p.loss else False):
-            add("packet_loss", ALL)
+            add("packet_loss", ALL, own=True)
         elif any(s.maybe_failing for s in riders):
             raise Ambiguous  # failures no finding would explain
         moved = p.hops is not None and p.hops != list(DEFAULT_HOPS[carrier])
         rtt = (p.delay * 0.9, p.delay * 1.1 + p.jitter + 0.005)
         floor = (rtt[0] * th.rtt_round_trips, rtt[1] * th.rtt_round_trips)
         if moved:
-            add("route_change", ALL)
-        elif need(over(floor, th.rtt_budget_share * slo_ttft)):
+            # The generator moves a route only to a worse class: LLMPathRouteDegraded's line.
+            add("route_change", ALL, own=True)
+        elif riders and need(over(floor, th.rtt_budget_share * slo_ttft)):
+            # No alert for an RTT floor: a verdict only where a probe feels it.
             add("rtt_floor", FIRST)
         if need(over((p.jitter / 2, p.jitter), th.jitter_seconds)):
-            add("jitter", frozenset(("ttft", "tpot")))
+            add("jitter", frozenset(("ttft", "tpot")), own=True)
         for s in riders:
             setup = s.open & FIRST | ({"failures"} & s.open
                                       if s.failure_kind in NET_FAILS else set())
@@ -325,10 +341,10 @@ def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
                               slo_ttft if "ttft" in s.open else 0.0)
                 connect = (p.delay - p.jitter, p.delay + p.jitter + (1.0 if p.loss else 0.0))
                 if need(over(connect, th.connection_setup_share * ttft_lo)):
-                    add("connection_setup", FIRST | {"failures"}, [s])
+                    add("connection_setup", FIRST | {"failures"}, [s], probe_scope(s))
             stalled = over((p.stall, p.stall), th.stall_seconds)
             if "tpot" in s.open and need(stalled) and not need(over(eng["itl"], slo_tpot)):
-                add("stream_stalls", frozenset(("tpot",)), [s])
+                add("stream_stalls", frozenset(("tpot",)), [s], probe_scope(s))
     return out
 
 
@@ -338,32 +354,38 @@ def engine(lab: Lab, sick: list[Sick], eng: dict[str, Range], name: str
     slo_ttft, slo_tpot = slo(lab)
     scope = {"engine": name}
     if lab.scenario.simulator.down:
-        f = Found("engine", "down", scope, ALL, NET_FAILS | {"server"}, sick, own=True)
+        f = Found("engine", "down", scope, ALL, NET_FAILS | {"server"}, sick, own=True,
+                  hard=True)
         f.claim()
         return [f], True, False
     first, decode = need(over(eng["ttft"], slo_ttft)), need(over(eng["itl"], slo_tpot))
     found: list[Found] = []
-    if first or decode:
-        if need(over(eng["share"], lab.th.queue_share)):
-            found.append(Found("engine", "queueing", scope, FIRST | {"failures"},
-                               frozenset(("timeout",)), sick, own=True))
-        else:
-            if first:
-                found.append(Found("engine", "slow_prefill", scope, FIRST, frozenset(), sick,
-                                   own=True))
-            if decode:
-                found.append(Found("engine", "slow_decode", scope, frozenset(("tpot",)),
-                                   frozenset(), sick, own=True))
+    # A queue over LLMEngineCapacityBound's line is a verdict however fast the answers.
+    if need(over(eng["share"], lab.th.queue_share)):
+        found.append(Found("engine", "queueing", scope, FIRST | {"failures"},
+                           frozenset(("timeout",)), sick, own=True))
+    elif first or decode:
+        if first:
+            found.append(Found("engine", "slow_prefill", scope, FIRST, frozenset(), sick,
+                               own=True))
+        if decode:
+            found.append(Found("engine", "slow_decode", scope, frozenset(("tpot",)),
+                               frozenset(), sick, own=True))
     for f in found:
         f.claim()
-    return gpu(lab, found, scope, decode), bool(first or decode), decode
+    slow = bool(first or decode)
+    return gpu(lab, found, scope, slow, decode), slow, decode
 
 
-def gpu(lab: Lab, found: list[Found], scope: dict[str, str], decode: bool) -> list[Found]:
+#: GPU causes whose own numbers page (LLMGPUThrottled, LLMGPUMemoryNearFull): verdicts under
+#: a fast engine too; the others only explain a slow one.
+GPU_OWN = ("throttling", "memory_full")
+
+
+def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode: bool
+        ) -> list[Found]:
     th, g = lab.th, lab.scenario.gpu
     splits = [f for f in found if f.cause in ("slow_prefill", "slow_decode")]
-    if not found:
-        return found  # a GPU state under a fast engine is not the latency (no XIDs here)
 
     def exact(value: float, threshold: float, above: bool) -> bool:
         if abs(value - threshold) < 0.01:
@@ -375,7 +397,7 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], decode: bool) -> li
         causes.append("throttling")
     if exact(g.memory_used, th.gpu_memory_ratio, True):
         causes.append("memory_full")
-    if exact(g.utilization, th.gpu_underutilized, False):
+    if slow and exact(g.utilization, th.gpu_underutilized, False):
         causes.append("underutilized")
     if decode and exact(g.dram_bw, th.dram_bandwidth, True):
         causes.append("memory_bandwidth")
@@ -385,8 +407,11 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], decode: bool) -> li
         return found
     cause = causes[0]
     takes = ("slow_decode",) if cause == "memory_bandwidth" else ("slow_prefill", "slow_decode")
-    kept = [f for f in found if f not in splits or f.cause not in takes]
-    return [*kept, Found("gpu", cause, dict(scope), frozenset(), frozenset(), [], own=True)]
+    taken = [f for f in splits if f.cause in takes]
+    kept = [f for f in found if f not in taken]
+    # The GPU's verdict takes over what the split explained (its evidence, its probes).
+    return [*kept, Found("gpu", cause, dict(scope), frozenset(), frozenset(), [], own=True,
+                         felt=sum(f.felt for f in taken))]
 
 
 def application(sick: list[Sick], slow: bool) -> list[Found]:
@@ -405,6 +430,20 @@ def application(sick: list[Sick], slow: bool) -> list[Found]:
     return out
 
 
+def ordered(found: list[Found]) -> list[Found]:
+    """docs/diagnosis.md's order: the primary explains most of what the probes feel (of
+    equals, a fault on its own, then the first in chain order); the others follow in chain
+    order, those the probes feel first. ``found`` is in chain order, and two causes of one
+    layer are never expected (their order is by strength), so the layer's index is its
+    place."""
+    out = sorted(found, key=lambda f: 0 if f.claimed or f.hard else 1)
+    if out:
+        first = max(out, key=lambda f: (f.felt, f.hard, -out.index(f)))
+        out.remove(first)
+        out.insert(0, first)
+    return out
+
+
 def expected(lab: Lab) -> list[dict[str, object]]:
     """The verdicts the chain should give, primary first; [] for healthy. Raises Ambiguous
     (or Unexplained) when the knobs do not decide it with the margins above."""
@@ -417,9 +456,7 @@ def expected(lab: Lab) -> list[dict[str, object]]:
     if any(s.open for s in sick):
         raise Unexplained
     out: list[dict[str, object]] = []
-    for f in found:
-        if not (f.claimed or f.own):
-            continue
+    for f in ordered([f for f in found if f.claimed or f.own]):
         if any(o["layer"] == f.layer for o in out):
             if any((o["layer"], o["cause"]) == (f.layer, f.cause) and not f.scope for o in out):
                 continue  # the same per-probe cause on several probes: one expectation

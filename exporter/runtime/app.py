@@ -54,8 +54,15 @@ log = logging.getLogger("exporter")
 # Prometheus reads from it (it uses them from OpenMetrics only, and counts resets anyway).
 disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
 
-#: Seconds a thread waiting for the GIL waits before the holder must hand it over.
-SWITCH_INTERVAL = 0.001
+#: Seconds a thread waiting for the GIL waits before the holder must hand it over. The loop
+#: gives the GIL up at every socket call, and while the diagnosis runs (~0.5 s of every 5 at
+#: 1000 path targets) it waits this long to get it back each time: at 1 ms, /metrics scrapes
+#: that met an evaluation took 100-170 ms against 40 (docs/benchmarks.md).
+SWITCH_INTERVAL = 0.0001
+#: Net new objects per young (gen-0) collection; Python's default is 700. At 1000 path
+#: targets 700 came every few ms, and each collection promoted live transients a step
+#: toward the full collection that stops every thread for 100-200 ms.
+YOUNG_GC_EVERY = 10_000
 #: Gen-1 collections per full (gen-2) collection; Python's default is 10.
 FULL_GC_EVERY = 100
 #: /-/ready turns true after this long even if a check has not finished its first run.
@@ -192,8 +199,8 @@ class App:
         sys.setswitchinterval(SWITCH_INTERVAL)
         # And fewer full collections: an evaluation's transient samples (40k at 1000 path
         # targets) otherwise set off several per evaluation, each stopping every thread.
-        gen0, gen1, _ = gc.get_threshold()
-        gc.set_threshold(gen0, gen1, FULL_GC_EVERY)
+        _, gen1, _ = gc.get_threshold()
+        gc.set_threshold(YOUNG_GC_EVERY, gen1, FULL_GC_EVERY)
         self.gen.scheduler.start()
         self.evaluator.start()
         log.info(

@@ -7,8 +7,13 @@ kept beside it for the ``/`` page.
 The whole evaluation (collecting the samples, the window math, the chain) runs on a worker
 thread, so neither /metrics nor a check waits on it: collecting is safe there because the
 samples come from the immutable batches the checks published (``runtime/exposition.py``).
-Pure Python still holds the GIL, so the loop may wait up to one switch interval (1 ms, set in
-app.py) at a time while it runs; the cost per evaluation is in docs/diagnosis.md.
+Pure Python still holds the GIL, so the loop may wait up to one switch interval (0.1 ms, set
+in app.py) at a time while it runs; the cost per evaluation is in docs/diagnosis.md. The
+cyclic garbage collector is off while it runs: its transient samples (40k at 1000 path
+targets) otherwise set off a young collection every few milliseconds, each stopping every
+thread for ~10 ms, and promoted enough to the old generation for a full collection (100 to
+220 ms, every thread stopped) about every 50 s; what a scrape of /metrics met of those
+decided its p99 (docs/benchmarks.md). Reference counting still frees them as they go.
 An evaluation that raises is logged once (until one succeeds again), counted in
 ``llm_diagnosis_evaluation_errors_total`` and skipped; the exporter carries on.
 
@@ -21,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 from prometheus_client import CollectorRegistry
@@ -155,6 +161,12 @@ class Evaluator:
     def _step(
         self, history: History, trends: Trends, config: Config, evaluate: Evaluate
     ) -> tuple[Diagnosis, Observations, tuple[Point, ...]]:
+        with _collector_paused():
+            return self._evaluate_now(history, trends, config, evaluate)
+
+    def _evaluate_now(
+        self, history: History, trends: Trends, config: Config, evaluate: Evaluate
+    ) -> tuple[Diagnosis, Observations, tuple[Point, ...]]:
         samples = self._collect()
         # The snapshot's time is taken once its values are: nothing in it is newer, which is
         # what aligning a probe to an engine's scrape relies on (alignment.py).
@@ -182,3 +194,16 @@ class Evaluator:
     def _set_status(self, status: str) -> None:
         for s in metrics.DIAGNOSIS_STATUSES:
             self._status.labels(s).set(1 if s == status else 0)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No automatic garbage collection meanwhile (it is process-wide: the first evaluation
+    to end turns it back on if another overlaps)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -15,8 +15,8 @@ the ``# EOF`` trailer differ, and those are written per scrape.
 
 from __future__ import annotations
 
-import gzip
 import threading
+import zlib
 from collections.abc import Callable, Container
 from typing import cast
 
@@ -30,6 +30,9 @@ from exporter.metrics import SCHEMA, Family
 from exporter.runtime.lines import header, raw_samples, render_lines
 
 _EOF = b"# EOF\n"
+#: zlib's fastest level: 3x faster than the default, for 20 % more bytes.
+GZIP_LEVEL = 1
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
 _openmetrics = cast(Callable[[object], bytes], generate_openmetrics)
 _RANK = {family: i for i, family in enumerate(SCHEMA.values())}
 
@@ -105,12 +108,21 @@ class Store:
 
 def render(head: CollectorRegistry, store: Store, openmetrics: bool, gzipped: bool = False
            ) -> bytes:
-    """The whole exposition: ``head`` rendered now, then the store's text; gzipped at level 1
-    (3x faster than the default, for 20 % more bytes)."""
+    """The whole exposition: ``head`` rendered now, then the store's text and the trailer
+    OpenMetrics ends with.
+
+    The three are compressed one after another into one gzip stream rather than joined
+    first: joining copies the store's megabytes twice while holding the GIL, which a scrape
+    at 1000 targets (7 MB) waited on for ~10 ms, longer while the diagnosis ran beside it."""
     if not openmetrics:
-        body = generate_latest(head) + store.text(False)
+        before, after = generate_latest(head), b""
     else:
         first = _openmetrics(head)
         assert first.endswith(_EOF)
-        body = first[: -len(_EOF)] + store.text(True) + _EOF
-    return gzip.compress(body, compresslevel=1) if gzipped else body
+        before, after = first[: -len(_EOF)], _EOF
+    text = store.text(openmetrics)
+    if not gzipped:
+        return b"".join((before, text, after))
+    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
+    return b"".join((packer.compress(before), packer.compress(text), packer.compress(after),
+                     packer.flush()))

@@ -208,7 +208,7 @@ def test_verdicts_of_the_period_have_time_and_evidence(report_lab: dict[str, Any
     start = dt.datetime.fromisoformat(first["start"]).timestamp()
     assert first["primary"] and first["scope"] == {"engine": "sim"}
     assert report_lab["peak_at"] <= start <= report_lab["end"]
-    assert first["duration_s"] >= 10
+    assert first["duration_s"] >= 10, episodes
     # The chain's evidence at the episode's end: the prefill time the fault added.
     assert "prefill" in first["summary"]
     assert any(line.startswith("llm_engine_prefill_time_seconds") for line in first["evidence"])

@@ -46,18 +46,22 @@ NOT_SERVED = frozenset((metrics.ProbeOutcome.TIMEOUT_CONNECT.value,
 def users_prompt(ctx: Context, e: EngineWindow) -> float | None:
     """Prompt tokens per request of the engine's users: the engine's mean without the
     requests of the exporter's own probes (short ones would dilute it, a long-context one
-    would pass for a user's long prompt). None where what is left is under min_requests:
-    the probes are all the engine serves (the remainder is the window's edges, where the
-    engine and the probes count a request a scrape apart), and there are no users' prompts
-    to blame."""
+    would pass for a user's long prompt). None where what is left is under min_requests or
+    within the probes' in-flight requests: the probes are all the engine serves (the
+    remainder is the window's edges, where the engine and the probes count a request a
+    scrape apart), and there are no users' prompts to blame."""
     if not e.prompt_tokens_mean or e.requests < 1:
         return None
     tokens, requests = e.prompt_tokens_mean * e.requests, e.requests
+    linked = 0
     for p in ctx.obs.probes:
         if e in ctx.engines_of(p) and p.prompt_tokens_mean is not None:
             served = sum(n for o, n in p.outcomes.items() if o not in NOT_SERVED)
             tokens, requests = tokens - p.prompt_tokens_mean * served, requests - served
-    if requests < ctx.th.min_requests:
+            linked += 1
+    # A probe runs one request at a time, so at each edge of the window the engine and the
+    # probe may disagree by one of its requests: a remainder within that is the probes'.
+    if requests < ctx.th.min_requests or requests <= 2 * linked:
         return None
     return tokens / requests if tokens > 0 else e.prompt_tokens_mean
 

@@ -137,8 +137,13 @@ class Evaluator:
             diagnosis, obs, trend = await asyncio.to_thread(
                 self._step, self.history, self._trends, config, evaluate
             )
-            self._publish(self._held(diagnosis, config))
-            self.observations, self.trend = obs, trend
+            shown = self._held(diagnosis, config)
+            self._publish(shown)
+            # The page's tiles and the shown verdict's evidence are one evaluation's numbers:
+            # while a candidate is pending, the shown (older) diagnosis keeps its own.
+            if shown.at == diagnosis.at or self.observations is None:
+                self.observations = obs
+            self.trend = trend
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -9,7 +9,6 @@ CI=true, where it fails (tests/support/netlab.py, require_lab).
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from tests.support.lab.expect import Ambiguous, expected
 from tests.support.lab.generate import generate, lab_of, write
-from tests.support.lab.runner import LabRun
+from tests.support.lab.runner import LabRun, misses
 from tests.support.lab.scenario import Scenario, load_scenario
 
 #: The CI sample: (seed, how many to generate, which of them to run): engine/queueing, a
@@ -101,8 +100,5 @@ def test_generated_scenario_gives_its_expected_diagnosis(
     scenario = sampled()[index]
     with scenario_lab(scenario, tuple(scenario.sources)) as run:
         results = run.outcome()
-    problems = {source: found for source, (_, found) in results.items() if found}
-    assert not problems, "\n".join(
-        f"{scenario.description} ({source}): {'; '.join(found)}\n"
-        f"{json.dumps(results[source][0].get('verdicts'), indent=1)[:3000]}"
-        for source, found in problems.items())
+    why = misses(scenario.description, results)
+    assert not why, why

@@ -22,7 +22,7 @@ import pytest
 
 from tests.support import ROOT
 from tests.support.lab import SCENARIOS
-from tests.support.lab.runner import DIAGNOSIS_PATH, LabRun
+from tests.support.lab.runner import DIAGNOSIS_PATH, LabRun, misses
 from tests.support.lab.scenario import load_scenario, scenario_files
 
 FILES = scenario_files(SCENARIOS)
@@ -69,11 +69,8 @@ def test_scenario_gives_the_expected_diagnosis(
     scenario = load_scenario(path)
     with scenario_lab(scenario, tuple(scenario.sources)) as run:
         results = run.outcome()
-    problems = {source: found for source, (_, found) in results.items() if found}
-    assert not problems, "\n".join(
-        f"{path.stem} ({source}): {'; '.join(found)}\n"
-        f"{json.dumps(results[source][0], indent=1)[:4000]}"
-        for source, found in problems.items())
+    why = misses(path.stem, results)
+    assert not why, why
     if len(results) == 2:  # both sources read the same run: they must agree
         (a, _), (b, _) = results.values()
         def key(d: dict) -> list[tuple[str, str, str]]:  # type: ignore[type-arg]

@@ -257,6 +257,15 @@ class LabRun(NetRun):
         return out
 
 
+def misses(name: str, results: dict[str, tuple[dict[str, Any], list[str]]],
+           width: int = 4000) -> str:
+    """What each source of ``results`` (``LabRun.outcome``) missed, with the start of its
+    diagnosis, as one assertion message; empty when every source got what was expected."""
+    return "\n".join(f"{name} ({source}): {'; '.join(found)}\n"
+                     f"{json.dumps(doc, indent=1)[:width]}"
+                     for source, (doc, found) in results.items() if found)
+
+
 def match(expect: list[dict[str, Any]], diagnosis: dict[str, Any]) -> list[str]:
     """Why ``diagnosis`` does not meet ``expect`` ([] when it does). The first expected
     verdict must be the primary one; the others must follow in the listed (chain) order;

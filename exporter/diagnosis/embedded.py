@@ -65,13 +65,8 @@ def _key(labels: stats.Labels, le: float | None, names: tuple[str, ...]) -> tupl
 
 def _group(items: Iterable[tuple[Key, float]], names: tuple[str, ...], match: declare.Match,
            combine: str = "sum") -> Values:
-    out: Values = {}
-    for k, v in items:
-        if not _wanted(k[1], match):
-            continue
-        g = _key(k[1], k[2], names)
-        out[g] = (out[g] + v if combine == "sum" else max(out[g], v)) if g in out else v
-    return out
+    return _group_plain(((_key(k[1], k[2], names), v) for k, v in items
+                         if _wanted(k[1], match)), combine)
 
 
 @dataclass

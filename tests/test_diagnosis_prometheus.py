@@ -29,7 +29,7 @@ from exporter import metrics
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.policy import DiagnosisConfig
-from exporter.diagnosis import alignment, cli, promqueries
+from exporter.diagnosis import alignment, cli, declare, promqueries
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.promapi import PromClient
 from exporter.diagnosis.prometheus import PrometheusError, observe
@@ -93,6 +93,11 @@ def prom_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             central = start_prometheus(tmp, CENTRAL.format(edge=edge.url.rsplit(":", 1)[1]),
                                        name="central")
             procs.append(central.proc)
+            # FILL counts from the first moment the central store holds every kind's
+            # series: under load the first path run or federation lands seconds late, and
+            # a baseline shorter than min_baseline would be (rightly) no baseline.
+            wait_until(lambda: _holds_every_kind(central.url), timeout=60,
+                       what="every kind's series in the central store")
             time.sleep(FILL)
             yield {"prom": central.url, "edge": edge.url, "exporter": exporter,
                    "config": config, "config_path": config_path, "sim": sim}
@@ -100,6 +105,15 @@ def prom_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             for proc in reversed(procs):
                 proc.stop()
                 proc.stderr_path.unlink(missing_ok=True)
+
+
+def _holds_every_kind(prom: str) -> bool:
+    for kind in (declare.PROBE, declare.PATH, declare.ENGINE, declare.GPU):
+        status, body = http_get(f"{prom}/api/v1/query?"
+                                + urllib.parse.urlencode({"query": f"count({kind.presence})"}))
+        if status != 200 or not json.loads(body)["data"]["result"]:
+            return False
+    return True
 
 
 def exporter_samples(url: str) -> str:

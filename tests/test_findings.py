@@ -51,7 +51,6 @@ def test_each_decision_names_real_causes_fields_and_labels(d: findings.Decision)
     for layer, cause in (*d.causes, *d.pages):
         assert cause in CAUSES[layer], (layer, cause)
     assert set(d.pages) <= set(d.causes)
-    assert (d.kind == "symptom") == bool(d.symptoms)
     assert len(d.thresholds(example())) == len(d.source)  # every field exists
     # The scope labels are what the alert's firing series carry (the promtool cases of
     # alerts/tests/ say which): each is on some case, and each case has one.
@@ -179,6 +178,13 @@ def test_one_answer_maps_alerts_onto_verdicts_both_ways() -> None:
     assert one_answer([loss, queue, other, *ttft], doc) == [
         "alert LLMPathPacketLoss{'carrier': 'unicom', 'target': 'gpu-sh'} is explained by "
         "no verdict"]
+    # A probe's other symptom alert is the same verdict's: its span is not the window's.
+    tpot = _alert("LLMProbeTPOTHigh", probe="chat-mobile")
+    assert one_answer([loss, queue, tpot, *ttft], doc) == []
+    # A verdict that took over no probe explains no probe's alert.
+    lossy = diagnose(with_path(healthy(), "mobile", lost=12)).to_json()
+    assert one_answer([loss, tpot], lossy) == [
+        "alert LLMProbeTPOTHigh{'probe': 'chat-mobile'} is explained by no verdict"]
     # Healthy pages nobody, not even pending.
     calm = diagnose(healthy()).to_json()
     assert calm["status"] == "healthy"

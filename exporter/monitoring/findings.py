@@ -41,8 +41,6 @@ class Decision:
     #: Causes whose verdict must have this alert pending or firing (a verdict of a cause
     #: the alert covers only in part, a route change to an equal class, demands none).
     pages: tuple[Cause, ...] = ()
-    #: For a symptom alert: the chain symptoms it is.
-    symptoms: tuple[str, ...] = ()
 
     def thresholds(self, config: Config) -> tuple[Any, ...]:
         out = []
@@ -63,17 +61,12 @@ SPLITS_OVER = (("gpu", "throttling"), ("gpu", "memory_full"), ("gpu", "xid_error
                ("application", "long_prompts"))
 
 DECISIONS: tuple[Decision, ...] = (
-    Decision("LLMProbeTTFTHigh", "symptom", ("slo.ttft_p95_seconds",), PROBE,
-             symptoms=("ttft", "long_context")),
-    Decision("LLMProbeTPOTHigh", "symptom", ("slo.tpot_p95_seconds",), PROBE, symptoms=("tpot",)),
-    Decision("LLMProbeFailureRatioHigh", "symptom", ("slo.probe_failure_ratio",), PROBE,
-             symptoms=("failures",)),
-    Decision("LLMProbeStreamStalls", "symptom", ("alerting.stall_seconds",), PROBE,
-             symptoms=("tpot",)),
-    Decision("LLMProbeErrorBudgetBurn", "symptom", ("slo.objective",), PROBE,
-             symptoms=("ttft", "long_context", "tpot", "failures")),
-    Decision("LLMProbeTTFTPeakDrift", "symptom", ("alerting.peak_drift_ratio",), PROBE,
-             symptoms=("ttft", "long_context")),
+    Decision("LLMProbeTTFTHigh", "symptom", ("slo.ttft_p95_seconds",), PROBE),
+    Decision("LLMProbeTPOTHigh", "symptom", ("slo.tpot_p95_seconds",), PROBE),
+    Decision("LLMProbeFailureRatioHigh", "symptom", ("slo.probe_failure_ratio",), PROBE),
+    Decision("LLMProbeStreamStalls", "symptom", ("alerting.stall_seconds",), PROBE),
+    Decision("LLMProbeErrorBudgetBurn", "symptom", ("slo.objective",), PROBE),
+    Decision("LLMProbeTTFTPeakDrift", "symptom", ("alerting.peak_drift_ratio",), PROBE),
     # A probe without data: the chain cannot decide for it, or its engine is down.
     Decision("LLMProbeAbsent", "cause", (), (*PROBE, ("engine_target", "engine")),
              (("exporter", "no_data"), ("engine", "down"))),
@@ -160,9 +153,12 @@ def explains(verdict: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
         if engine and scope.get("engine") == engine and \
                 (verdict.get("layer"), verdict.get("cause")) in UPSTREAM:
             return True
-        felt = set(d.symptoms) & set(verdict.get("symptoms") or ())
-        return bool(felt) and any((e.get("labels") or {}).get("probe") == probe
-                                  for e in verdict.get("evidence") or ())
+        # The verdict that took over this probe's symptoms is its answer, whichever of them
+        # it saw: the alert's span (RATE) is not the chain's window, so a second symptom of
+        # the same probe can be over the line in one and just under it in the other.
+        return bool(verdict.get("symptoms")) and any(
+            (e.get("labels") or {}).get("probe") == probe
+            for e in verdict.get("evidence") or ())
     if (verdict.get("layer"), verdict.get("cause")) not in d.causes:
         return False
     return _scope_fits(d, labels, scope)

@@ -366,3 +366,23 @@ def test_the_probes_own_long_prompts_are_no_users_prompts() -> None:
                       prefill_seconds=82 * 0.8, prefill_rate_max=None, **NO_BASELINE)
     d = diagnose(obs)
     assert [(v.layer, v.cause) for v in d.verdicts][:1] == [("engine", "slow_prefill")], render(d)
+
+
+def test_users_prompts_as_short_as_the_probes_are_not_long_on_a_slow_engine() -> None:
+    # A prefill slowed to 0.8 s a request with no best rate in the history yet (a young
+    # exporter): at the window's own rate any prompt costs the budget. The users send
+    # prompts as short as the probes' (ten more requests than the probes made), so the slow
+    # prefill is the engine's; the same users with 20x longer prompts are long prompts.
+    obs = all_probes(healthy(), **SLOW_ALL, prompt_tokens_mean=30.0)
+    probes = 4 * 20
+
+    def primary(users_prompt: float) -> tuple[str, str]:
+        tokens = probes * 30.0 + 10 * users_prompt
+        d = diagnose(with_engine(obs, ttft_p95=2.0, requests=probes + 10.0,
+                                 prompt_tokens_mean=tokens / (probes + 10),
+                                 prefill_seconds=(probes + 10) * 0.8, prefill_rate_max=None,
+                                 **NO_BASELINE))
+        return d.verdicts[0].layer, d.verdicts[0].cause
+
+    assert primary(30.0) == ("engine", "slow_prefill")
+    assert primary(600.0) == ("application", "long_prompts")

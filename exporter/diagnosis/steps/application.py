@@ -66,6 +66,15 @@ def users_prompt(ctx: Context, e: EngineWindow) -> float | None:
     return tokens / requests if tokens > 0 else e.prompt_tokens_mean
 
 
+def probes_prompt(ctx: Context, e: EngineWindow) -> float | None:
+    """The longest mean prompt of the probes linked to the engine: a prompt the product
+    itself sends as an ordinary request, so a users' prompt no longer than it (times
+    ``prompt_growth``) is not long, however slow the engine is at it."""
+    means = [p.prompt_tokens_mean for p in ctx.obs.probes
+             if p.prompt_tokens_mean and e in ctx.engines_of(p)]
+    return max(means, default=None)
+
+
 def prompt_cost(ctx: Context, st: EngineState) -> tuple[float, float, float] | None:
     """(the users' mean prompt, the seconds of prefill it alone costs, the prefill rate in
     tokens/s it is costed at): the engine's fastest measured prefill, the window's where no
@@ -92,7 +101,12 @@ def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
     prompt, seconds, rate = cost
     budget = ctx.th.prompt_budget_share * st.slo_ttft
     ev = ctx.ev(USERS_PROMPT, prompt, lab, budget * rate, e.prompt_tokens_baseline)
-    if not (st.slow_first and seconds > budget):
+    # Without a history of a fast prefill, the rate is the window's own: a slow engine makes
+    # any prompt cost the budget there. What tells the two apart is the probes' ordinary
+    # prompt: the engine is as slow at it (slow_prefill) unless the users' are longer.
+    ordinary = probes_prompt(ctx, e)
+    longer = ordinary is None or prompt > ordinary * ctx.th.prompt_growth
+    if not (st.slow_first and seconds > budget and longer):
         cleared.append(ev)
         return grown
     headline = (f"Engine {e.engine}'s users' prompts average {prompt:.0f} tokens: at "

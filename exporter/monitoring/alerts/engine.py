@@ -57,9 +57,9 @@ def imbalance_alerts(config: Config) -> list[Alert]:
             + others_mean(waiting),
             "warning",
             summary,
-            f"{RANK_TEXT} has {VALUE_NUMBER} requests waiting on average over {RATE}, at "
-            f"least {num(ratio)}x the mean of the model's other ranks and at least "
-            f"{num(floor)}: requests are not spread evenly over the ranks.",
+            f"{RANK_TEXT} has {VALUE_NUMBER} requests waiting on average over {RATE} "
+            f"(threshold: {num(ratio)}x the mean of the model's other ranks, and at least "
+            f"{num(floor)}): requests are not spread evenly over the ranks.",
             "10m",
         ),
         Alert(
@@ -67,8 +67,8 @@ def imbalance_alerts(config: Config) -> list[Alert]:
             f"{per_rank(kv)}\n>= {num(gap)} + " + others_mean(kv),
             "warning",
             summary,
-            f"{RANK_TEXT} has its KV cache {VALUE_PERCENT} used on average over {RATE}, at "
-            f"least {pct(gap)} above the mean of the model's other ranks.",
+            f"{RANK_TEXT} has its KV cache {VALUE_PERCENT} used on average over {RATE} "
+            f"(threshold: {pct(gap)} above the mean of the model's other ranks).",
             "10m",
         ),
     ]

@@ -61,6 +61,8 @@ def imbalance_alerts(config: Config) -> list[Alert]:
             f"(threshold: {num(ratio)}x the mean of the model's other ranks, and at least "
             f"{num(floor)}): requests are not spread evenly over the ranks.",
             "10m",
+            # Two rules of one name need a label apart (promtool: one series, two rules).
+            {"signal": "waiting"},
         ),
         Alert(
             "LLMEngineImbalance",
@@ -70,6 +72,7 @@ def imbalance_alerts(config: Config) -> list[Alert]:
             f"{RANK_TEXT} has its KV cache {VALUE_PERCENT} used on average over {RATE} "
             f"(threshold: {pct(gap)} above the mean of the model's other ranks).",
             "10m",
+            {"signal": "kv_cache"},
         ),
     ]
 

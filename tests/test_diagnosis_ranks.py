@@ -5,18 +5,26 @@ lies between, and the client-minus-engine split never subtracts P95s of two buck
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 from importlib import resources
 from typing import Any
 
 import jsonschema
+import pytest
 
 from exporter import metrics
+from exporter.config.load import parse_config
 from exporter.diagnosis.chain import diagnose
+from exporter.diagnosis.embedded import observe
+from exporter.diagnosis.families import RawSample
+from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis, Evidence
 from exporter.diagnosis.steps.base import bucket_of
 from exporter.diagnosis.steps.network import MEAN_SPLIT
 from exporter.diagnosis.text import render
+from exporter.diagnosis.windows import History
 from tests.support.observations import all_probes, healthy, with_engine, with_probe
 
 SCHEMA = json.loads(resources.files("exporter.diagnosis").joinpath("schema.json").read_text())
@@ -122,6 +130,7 @@ def test_a_threshold_inside_the_quantiles_bucket_says_it_is_interpolated() -> No
     assert "against the 300 ms TTFT SLO is interpolated" in v.summary
     ttft = [e for e in v.evidence if e.metric == metrics.ENGINE_TTFT.name]
     assert ttft and ttft[0].bucket == (0.25, 0.5)
+    assert "0.4 in (0.25, 0.5]" in render(d)
     doc = _json(d)
     assert {"lower": 0.25, "upper": 0.5} in [
         e.get("bucket") for e in doc["verdicts"][0]["evidence"]]
@@ -173,3 +182,39 @@ def test_p95s_of_one_grid_are_subtracted() -> None:
     # Over the network's share: no path names a cause, so the chain says where, not why.
     (v,) = [v for v in d.verdicts if v.scope.get("probe") == "chat"]
     assert v.cause == "no_data" and "between client and engine" in v.summary, render(d)
+
+
+# --- the embedded source, from the exporter's own samples ---------------------------------
+
+def test_the_embedded_source_reads_each_ranks_queue_and_the_engines_bucket_grid() -> None:
+    config = parse_config("engines:\n  - {name: main, url: 'http://127.0.0.1:1/metrics'}\n"
+                          "diagnosis: {window: 60s, interval: 5s, history: 10m}\n")
+    h = History.from_config(config.diagnosis)
+    rank = {r: {"target": "main", "engine": "vllm", "model": "ds", "dp_rank": r}
+            for r in ("0", "1")}
+    ttft = f"{metrics.ENGINE_TTFT.name}"
+
+    def samples(n: int) -> list[RawSample]:
+        out: list[RawSample] = [(metrics.ENGINE_UP.name, {"target": "main"}, 1.0)]
+        for r, labels in rank.items():
+            out += [(metrics.ENGINE_REQUESTS_WAITING.name, labels, 12.0 if r == "1" else 1.0),
+                    (metrics.ENGINE_KV_CACHE_USAGE.name, labels, 0.8 if r == "1" else 0.3)]
+            # Two requests a snapshot per rank: one at 0.3 s, one at 0.6 s.
+            for le, c in ((0.25, 0), (0.5, 1), (0.75, 2), (math.inf, 2)):
+                out.append((f"{ttft}_bucket", {**labels, "le": "+Inf" if le == math.inf
+                                                else repr(le)}, c * n))
+            out += [(f"{ttft}_sum", labels, 0.9 * n), (f"{ttft}_count", labels, 2.0 * n)]
+        return out
+
+    t0 = 1_700_000_000.0
+    for i in range(13):
+        h.record(samples(i), at=t0 + 5 * i)
+    (e,) = observe(h, config, t0 + 60).engines
+    assert e.waiting_by_rank == {("ds", "0"): 1.0, ("ds", "1"): 12.0}
+    assert e.kv_by_rank == pytest.approx({("ds", "0"): 0.3, ("ds", "1"): 0.8})
+    assert e.ttft_buckets == (0.25, 0.5, 0.75)
+    assert e.ttft_mean == pytest.approx(0.45)
+    obs = Observations(at=dt.datetime.fromtimestamp(t0 + 60, dt.UTC), window=60.0,
+                       source="exporter", engines=(e,))
+    d = diagnose(obs)
+    assert _causes(d) == [("engine", "imbalance", {"engine": "main", "dp_rank": "1"})], render(d)

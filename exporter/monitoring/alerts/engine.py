@@ -70,7 +70,8 @@ def imbalance_alerts(config: Config) -> list[Alert]:
             "warning",
             summary,
             f"{RANK_TEXT} has its KV cache {VALUE_PERCENT} used on average over {RATE} "
-            f"(threshold: {pct(gap)} above the mean of the model's other ranks).",
+            f"(threshold: {num(gap * 100)} percentage points over the mean of the model's "
+            "other ranks).",
             "10m",
             {"signal": "kv_cache"},
         ),

@@ -119,7 +119,10 @@ def test_a_probe_ahead_of_the_engines_scrape_is_not_blamed_on_the_way_between() 
     # its SLO while the engine's last scrape has none of it (the race the test can lose).
     first_slow = fault + 1
     assert verdicts[first_slow][1] == ("exporter", "no_data"), verdicts[first_slow]
-    assert "between client and engine" in snaps[first_slow][2].verdicts[0].summary
+    # (The probe's and the engine's TTFT histograms have different buckets here, so the
+    # split is of means, where one slow request among twelve stays under the network's
+    # share: the wrong verdict names no cause rather than the way between.)
+    assert "cannot name the cause" in snaps[first_slow][2].verdicts[0].summary
     # Aligned: healthy until the engine has scraped the slow request, then the engine (the
     # first snapshot is before the engine's first scrape: down).
     assert [a for a, _ in verdicts[1:first_slow + 1]] == [None] * first_slow

@@ -35,6 +35,7 @@ from tests.support.observations import (
 SLOW_ALL = dict(ttft_p95=2.6)
 QUEUED = dict(queue_seconds=900.0, waiting=25.0, running=64.0, ttft_p95=2.4)
 SLOW_DECODE = dict(itl_p95=0.2, decode_seconds=4000.0)
+RANK_QUEUED = {("ds", "0"): 1.5, ("ds", "1"): 23.5}
 
 
 def _lc(obs: Observations) -> Observations:
@@ -79,6 +80,9 @@ CASES: dict[str, tuple[Observations, str, dict[str, str]]] = {
     "kv_cache_pressure": (all_probes(with_engine(healthy(), kv_cache_usage=0.99,
                                                  preemptions=14.0, **QUEUED), **SLOW_ALL),
                           "engine", {"engine": "main"}),
+    # One rank holds the queue: the queue is its, the cause the imbalance.
+    "imbalance": (all_probes(with_engine(healthy(), waiting_by_rank=RANK_QUEUED, **QUEUED),
+                             **SLOW_ALL), "engine", {"engine": "main", "dp_rank": "1"}),
     "throttling": (with_gpu(all_probes(with_engine(healthy(), **SLOW_DECODE), tpot_p95=0.22),
                             0, clock_events=("hw_thermal",)), "gpu", {"gpu": "0"}),
     "memory_full": (with_gpu(all_probes(with_engine(healthy(), ttft_p95=2.0), **SLOW_ALL), 1,

@@ -97,6 +97,9 @@ QUIET_BUT_OVER: dict[tuple[str, str], Any] = {
     ("gpu", "throttling"): with_gpu(healthy(), 0, clock_events=("hw_thermal", "sw_thermal"),
                                     utilization=0.98),
     ("gpu", "memory_full"): with_gpu(healthy(), 1, memory_used_ratio=0.995),
+    # One rank's queue, small for the engine (its queue share is the healthy one's).
+    ("engine", "imbalance"): with_engine(healthy(), waiting=9.0,
+                                         waiting_by_rank={("ds", "0"): 1.0, ("ds", "1"): 8.0}),
 }
 
 
@@ -107,6 +110,27 @@ def test_a_layer_over_its_alert_line_is_degraded_before_users_feel_it(
     assert d.status == "degraded", render(d)
     assert [(v.layer, v.cause) for v in d.verdicts] == [cause], render(d)
     assert "no probe is past its SLO yet" in d.verdicts[0].summary
+
+
+def test_the_imbalance_lines_move_the_alert_and_the_chain() -> None:
+    cfg = Config.model_validate({"alerting": {"imbalance_ratio": 3.0,
+                                              "imbalance_min_waiting": 7.0,
+                                              "imbalance_kv_gap": 0.2}})
+    th = resolve(cfg)
+    assert (th.imbalance_ratio, th.imbalance_min_waiting, th.imbalance_kv_gap) == (3.0, 7.0, 0.2)
+    exprs = [r["expr"] for r in _alerts(cfg) if r["alert"] == "LLMEngineImbalance"]
+    assert len(exprs) == 2
+    assert ">= 7\nand" in exprs[0] and ">= 3 * (" in exprs[0], exprs[0]
+    assert ">= 0.2 + (" in exprs[1], exprs[1]
+    ranks = {("ds", "0"): 2.5, ("ds", "1"): 7.0}  # 2.8x and over 5: the default's imbalance
+    assert [v.cause for v in diagnose(with_engine(healthy(), waiting_by_rank=ranks)).verdicts
+            ] == ["imbalance"]
+    assert not diagnose(with_engine(healthy(), waiting_by_rank=ranks), th).verdicts
+    kv = {("ds", "0"): 0.4, ("ds", "1"): 0.65}  # 25 points: over 0.2, under the default 0.3
+    assert not diagnose(with_engine(healthy(), kv_by_rank=kv)).verdicts
+    d = diagnose(with_engine(healthy(), kv_by_rank=kv), th)
+    assert [(v.cause, dict(v.scope)) for v in d.verdicts] == [
+        ("imbalance", {"engine": "main", "dp_rank": "1"})], render(d)
 
 
 def test_every_paging_cause_has_a_quiet_case() -> None:

@@ -476,6 +476,34 @@ async def test_models_and_data_parallel_ranks(
         assert (await resp.json())["model"] == "big"  # no model: the first served name
 
 
+async def test_a_pinning_router_queues_on_the_last_rank_while_its_peer_idles(
+    simulator: StartSimulator, session: aiohttp.ClientSession
+) -> None:
+    sim = simulator(fast=True, dp_ranks=2, max_num_seqs=1, decode_step_ms=10)
+    await set_faults(session, sim, dp_pin_rate=1)
+    url = f"{sim.base}/v1/chat/completions"
+    tasks = [asyncio.create_task(stream(session, url, chat(30))) for _ in range(4)]
+    seen: dict[str, float] = {}
+
+    def piled() -> bool:
+        return seen == {"running 1": 1, "waiting 1": 3, "running 0": 0, "waiting 0": 0}
+
+    while not piled() and not all(t.done() for t in tasks):
+        samples = await scrape(session, sim.metrics_url)
+        seen = {f"{what} {rank}": total(samples, f"vllm:num_requests_{what}", engine=rank)
+                for what in ("running", "waiting") for rank in ("0", "1")}
+    assert piled(), seen
+    assert all(r.done for r in await asyncio.gather(*tasks))
+    samples = await scrape(session, sim.metrics_url)
+    assert total(samples, "vllm:e2e_request_latency_seconds_count", engine="1") == 4
+    assert total(samples, "vllm:e2e_request_latency_seconds_count", engine="0") == 0
+    # Off again: least-loaded routing spreads concurrent requests over both ranks.
+    await set_faults(session, sim, dp_pin_rate=0)
+    await asyncio.gather(*(stream(session, url, chat(20)) for _ in range(2)))
+    samples = await scrape(session, sim.metrics_url)
+    assert total(samples, "vllm:e2e_request_latency_seconds_count", engine="0") == 1
+
+
 # --- formats ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_every_format_renders_every_table_row(

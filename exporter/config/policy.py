@@ -92,6 +92,13 @@ class AlertingConfig(StrictModel):
     # 1 - this while engine latency is over the SLO is compute-bound.
     queue_share_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.25
     kv_cache_usage_ratio: Ratio = 0.95
+    # One data-parallel rank far above its peers (engine/imbalance): its mean waiting queue
+    # over the window at least imbalance_ratio times the mean of the model's other ranks'
+    # and at least imbalance_min_waiting requests (2 against 1 is noise), or its mean
+    # KV-cache usage at least imbalance_kv_gap (a ratio) above theirs.
+    imbalance_ratio: Annotated[float, Field(gt=1)] = 2.0
+    imbalance_min_waiting: Annotated[float, Field(gt=0)] = 5.0
+    imbalance_kv_gap: Annotated[float, Field(gt=0, lt=1)] = 0.3
     gpu_memory_ratio: Ratio = 0.97
     # A gap between tokens this long is a stall a user notices.
     stall_seconds: Duration = 2.0

@@ -67,6 +67,14 @@ ACTIONS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
             "or quantize the KV cache.",
             "Lower the batch limit so requests wait instead of being preempted.",
         ),
+        "imbalance": (
+            "Check how requests are spread over the data-parallel ranks: the router's or load "
+            "balancer's policy (round robin against least loaded), session or prefix-cache "
+            "affinity pinning long conversations to one rank.",
+            "Check the busy rank's own health (a slow GPU, a throttled or shared device, "
+            "expert-parallel hot spots on a MoE model such as DeepSeek): compare its "
+            "prefill and decode times with its peers'.",
+        ),
     },
     "gpu": {
         "throttling": (

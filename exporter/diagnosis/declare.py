@@ -200,6 +200,17 @@ Expr = Leaf | Ratio | Diff | FirstOf | PerSecond | Over | Baseline
 LE = "le"
 
 
+@dataclass(frozen=True)
+class Grid(Leaf):
+    """The bucket bounds a histogram has in the window: per key, one value per ``le`` (its
+    value is no statistic). Over the recording window the Prometheus source reads recorded
+    quantiles, not buckets (a fleet's central store receives only those, docs/scaling.md),
+    so it knows no grid there: the bounds are absent, and the chain treats them as unknown."""
+
+    family: metrics.Family
+    by = (LE,)
+
+
 def bucket_increases(family: metrics.Family) -> Increase:
     return Increase(f"{family.name}_bucket", (LE,))
 

@@ -23,6 +23,7 @@ from exporter.diagnosis import declare, observables, stats
 from exporter.diagnosis.alignment import probe_windows
 from exporter.diagnosis.declare import (
     Context,
+    Grid,
     Increase,
     InPeak,
     Kind,
@@ -126,6 +127,9 @@ class Evaluator:
                           (*kind.key, *leaf.by), (), "max")
         if isinstance(leaf, PeakRatio):
             return self._peak_ratio(leaf, kind)
+        if isinstance(leaf, Grid):
+            bounds = _group(w.increase(f"{leaf.family.name}_bucket"), (*kind.key, *leaf.by), ())
+            return {(*k[:-1], declare.le_text(float(k[-1]))): 1.0 for k in bounds}
         if isinstance(leaf, InPeak):
             present = _group(w.gauge(kind.presence), kind.key, ())
             return {k: float(w.last.in_peak) for k in present}

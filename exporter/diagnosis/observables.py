@@ -9,6 +9,7 @@ Names come from the schema (:mod:`exporter.metrics`) and the recorded series fro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from exporter import metrics
@@ -23,6 +24,7 @@ from exporter.diagnosis.declare import (
     Baseline,
     Diff,
     FirstOf,
+    Grid,
     Increase,
     InPeak,
     Last,
@@ -51,6 +53,8 @@ _METHOD = metrics.PATH_JITTER.labels[-1]
 _REASON = metrics.GPU_CLOCK_EVENT.labels[-1]
 #: The engine's models (and engine kind) under one target: the worst of them is its P95.
 _MODEL = tuple(x for x in metrics.ENGINE_SERIES_LABELS if x not in ("target", "dp_rank"))
+#: What tells one data-parallel rank of an engine apart: ranks are per model.
+RANK = tuple(x for x in metrics.ENGINE_SERIES_LABELS if x in ("model", "dp_rank"))
 By = Mapping[tuple[str, ...], float]
 
 
@@ -72,6 +76,17 @@ def outcomes(values: By, config: Config) -> dict[str, int]:
 
 def count_or_none(values: By, config: Config) -> int | None:
     return count(values, config) if () in values else None
+
+
+def grid(values: By, config: Config) -> tuple[float, ...]:
+    """The finite bucket bounds a histogram has in the window, lowest first: the grid its
+    quantiles are interpolated on (what the evidence quotes as their resolution)."""
+    return tuple(sorted({b for k in values if math.isfinite(b := float(k[0]))}))
+
+
+def by_rank(values: By, config: Config) -> dict[tuple[str, str], float]:
+    """Per (model, dp_rank), where the engine has data-parallel ranks at all."""
+    return {(k[0], k[1]): v for k, v in values.items() if k[1]}
 
 
 def or_zero(values: By, config: Config) -> float:
@@ -121,6 +136,9 @@ PROBE_TABLE: tuple[Observable, ...] = (
     Observable("outcomes", PROBE, Increase(metrics.PROBE_REQUESTS.name, (_OUTCOME,)),
                outcomes),
     Observable("ttft_p95", PROBE, Quantile(0.95, metrics.PROBE_TTFT, recorded=names.PROBE_TTFT)),
+    Observable("ttft_buckets", PROBE, Grid(metrics.PROBE_TTFT), grid),
+    Observable("ttft_mean", PROBE, Ratio(Increase(_sum(metrics.PROBE_TTFT)),
+                                         Increase(_count(metrics.PROBE_TTFT)))),
     Observable("tpot_p95", PROBE, Quantile(0.95, metrics.PROBE_TPOT, recorded=names.PROBE_TPOT)),
     Observable("itl_p99", PROBE, Quantile(0.99, metrics.PROBE_ITL)),
     Observable("stalls", PROBE, Over(metrics.PROBE_STALL, _stall), count),
@@ -178,6 +196,10 @@ ENGINE_TABLE: tuple[Observable, ...] = (
                                             recorded=names.ENGINE_TTFT)),
     Observable("itl_p95", ENGINE, Quantile(0.95, metrics.ENGINE_ITL, per=_MODEL,
                                            recorded=names.ENGINE_ITL)),
+    Observable("ttft_buckets", ENGINE, Grid(metrics.ENGINE_TTFT), grid),
+    Observable("itl_buckets", ENGINE, Grid(metrics.ENGINE_ITL), grid),
+    Observable("ttft_mean", ENGINE, Ratio(Increase(_sum(metrics.ENGINE_TTFT)),
+                                          Increase(_count(metrics.ENGINE_TTFT)))),
     Observable("stalls", ENGINE, Over(metrics.ENGINE_ITL, _stall), count_or_none),
     Observable("running", ENGINE, MeanOverTime(metrics.ENGINE_REQUESTS_RUNNING.name)),
     Observable("waiting", ENGINE, MeanOverTime(metrics.ENGINE_REQUESTS_WAITING.name)),
@@ -187,6 +209,12 @@ ENGINE_TABLE: tuple[Observable, ...] = (
         metrics.ENGINE_REQUESTS_RUNNING.name, combine="sum", history=True)),
     # The fullest rank at its fullest: a preempting cache frees blocks as it preempts.
     Observable("kv_cache_usage", ENGINE, MaxOverTime(metrics.ENGINE_KV_CACHE_USAGE.name)),
+    # Each rank's own queue and cache, for one rank far above its peers (engine/imbalance);
+    # means over the window, as LLMEngineImbalance reads them: an imbalance is sustained.
+    Observable("waiting_by_rank", ENGINE, MeanOverTime(
+        metrics.ENGINE_REQUESTS_WAITING.name, RANK), by_rank),
+    Observable("kv_by_rank", ENGINE, MeanOverTime(metrics.ENGINE_KV_CACHE_USAGE.name, RANK),
+               by_rank),
     Observable("preemptions", ENGINE, Increase(metrics.ENGINE_PREEMPTIONS.name), or_zero),
     Observable("prompt_tokens_mean", ENGINE, Ratio(_ENGINE_PROMPT, _FINISHED)),
     Observable("prompt_tokens_baseline", ENGINE, Baseline(Ratio(_ENGINE_PROMPT, _FINISHED))),

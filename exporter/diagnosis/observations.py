@@ -33,6 +33,11 @@ class ProbeWindow:
     requests: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
     ttft_p95: float | None = None
+    #: The finite bucket bounds of the probe's TTFT histogram in the window: the grid its
+    #: P95 is interpolated on, () when unknown.
+    ttft_buckets: tuple[float, ...] = ()
+    #: Mean TTFT (its _sum over its _count): exact, whatever the buckets.
+    ttft_mean: float | None = None
     tpot_p95: float | None = None
     itl_p99: float | None = None
     #: Gaps between tokens longer than the stall threshold (llm_probe_stall_seconds count).
@@ -93,6 +98,11 @@ class EngineWindow:
     decode_seconds: float | None = None
     ttft_p95: float | None = None  # the engine's own TTFT
     itl_p95: float | None = None  # the engine's own inter-token latency
+    #: The finite bucket bounds of the engine's own TTFT and ITL histograms (vLLM's, or
+    #: what --custom-histogram-buckets set), () when unknown: how coarse its P95s are.
+    ttft_buckets: tuple[float, ...] = ()
+    itl_buckets: tuple[float, ...] = ()
+    ttft_mean: float | None = None  # the engine's own mean TTFT (_sum over _count)
     #: The engine's own inter-token gaps over alerting.stall_seconds (over the highest bucket
     #: bound at or under it): a preempted request waits in the engine, not on the way.
     stalls: int | None = None
@@ -103,6 +113,10 @@ class EngineWindow:
     #: The fullest the cache got in the window (max over time of the fullest rank): a
     #: preempting cache frees blocks as it preempts, so its mean reads below full.
     kv_cache_usage: float | None = None
+    #: Per (model, dp_rank): the mean waiting queue and the mean KV-cache usage over the
+    #: window, what tells one data-parallel rank apart from its peers (empty without ranks).
+    waiting_by_rank: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    kv_by_rank: Mapping[tuple[str, str], float] = field(default_factory=dict)
     preemptions: float = 0.0
     prompt_tokens_mean: float | None = None
     prompt_tokens_baseline: float | None = None

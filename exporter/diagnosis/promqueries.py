@@ -142,6 +142,8 @@ def leaf_query(leaf: Leaf, kind: Kind, base: bool, w: Window) -> str:
         return f"max_over_time(({num}\n/\n({den} > 0))[{w.history}:{w.step}])"
     if isinstance(leaf, d.Seen):
         return f"max by ({by((*k, *leaf.by))}) (max_over_time({leaf.sample}[{w.lookback}]))"
+    if isinstance(leaf, d.Grid):
+        return f"group by ({by((*k, *leaf.by))}) ({leaf.family.name}_bucket)"
     if isinstance(leaf, d.InPeak):
         # Each window takes the peak-window state of the exporter that measures it.
         return (f"max by ({by(k)}) (group by ({by(SOURCE)}, {by(k)}) ({kind.presence})\n"
@@ -157,6 +159,8 @@ def plan(seconds: float, config: Config) -> dict[Planned, str]:
     for table in observables.TABLES:
         for o in table:
             for leaf, base in d.in_baseline(o.expr, reads_recorded(w)):
+                if isinstance(leaf, d.Grid) and reads_recorded(w):
+                    continue  # the buckets stay at a fleet's edge (d.Grid)
                 out.setdefault((leaf, o.kind, base), leaf_query(leaf, o.kind, base, w))
                 if base:
                     before = not isinstance(leaf, d.Recorded)

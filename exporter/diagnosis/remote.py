@@ -41,11 +41,17 @@ def fetch(base_url: str, timeout: float, window: str | None = None,
     return doc
 
 
+def _bucket(doc: Any) -> tuple[float, float] | None:
+    if not isinstance(doc, dict):
+        return None
+    return float(doc["lower"]), float(doc["upper"])
+
+
 def _evidence(items: Any) -> tuple[Evidence, ...]:
     return tuple(
         Evidence(metric=e["metric"], value=float(e["value"]), labels=dict(e.get("labels", {})),
                  threshold=e.get("threshold"), baseline=e.get("baseline"),
-                 window=e.get("window", ""))
+                 window=e.get("window", ""), bucket=_bucket(e.get("bucket")))
         for e in items or ()
     )
 

@@ -28,8 +28,9 @@ CAUSES = metrics.DIAGNOSIS_CAUSES
 LAYERS: tuple[str, ...] = tuple(CAUSES)
 #: Keys of a verdict's scope, in the order the text and the metric labels use. ``site`` and
 #: ``vantage`` are a fleet's edge labels (docs/scaling.md), set only through the Prometheus
-#: source; the exporter's own verdict metric has no labels for them.
-SCOPE_KEYS = ("carrier", "target", "probe", "engine", "gpu", "site", "vantage")
+#: source; the exporter's own verdict metric has no labels for them. ``dp_rank`` narrows an
+#: engine to one data-parallel rank (engine/imbalance); the verdict metric names the engine.
+SCOPE_KEYS = ("carrier", "target", "probe", "engine", "dp_rank", "gpu", "site", "vantage")
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,12 @@ class Evidence:
     threshold: float | None = None
     baseline: float | None = None
     window: str = ""
+    #: A histogram quantile's resolution: the bucket bounds it lies between (it is
+    #: interpolated inside them), None for a value that is no quantile.
+    bucket: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "metric": self.metric,
             "labels": dict(self.labels),
             "value": self.value,
@@ -50,6 +54,9 @@ class Evidence:
             "baseline": self.baseline,
             "window": self.window,
         }
+        if self.bucket is not None:
+            doc["bucket"] = {"lower": self.bucket[0], "upper": self.bucket[1]}
+        return doc
 
 
 @dataclass(frozen=True)

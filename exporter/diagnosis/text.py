@@ -20,10 +20,18 @@ def _labels(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in labels.items()) or "-"
 
 
+def _value(e: Evidence) -> str:
+    """The value, and for a histogram quantile the bucket bounds it lies between (it is
+    interpolated inside them: "0.4 in (0.25, 0.5]")."""
+    if e.bucket is None:
+        return _num(e.value)
+    return f"{_num(e.value)} in ({_num(e.bucket[0])}, {_num(e.bucket[1])}]"
+
+
 def table(evidence: Iterable[Evidence], indent: str = "    ") -> list[str]:
     """Evidence as aligned columns: metric, labels, value, threshold, baseline."""
     rows = [("metric", "labels", "value", "threshold", "baseline")]
-    rows += [(e.metric, _labels(dict(e.labels)), _num(e.value), _num(e.threshold),
+    rows += [(e.metric, _labels(dict(e.labels)), _value(e), _num(e.threshold),
               _num(e.baseline)) for e in evidence]
     if len(rows) == 1:
         return []

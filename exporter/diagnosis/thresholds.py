@@ -44,6 +44,9 @@ class Thresholds:
     queue_share: float = 0.25
     kv_cache_usage: float = 0.95
     stall_seconds: float = 2.0
+    imbalance_ratio: float = 2.0
+    imbalance_min_waiting: float = 5.0
+    imbalance_kv_gap: float = 0.3
     # gpu
     gpu_memory_ratio: float = 0.97
     throttle_reasons: tuple[str, ...] = ("hw_slowdown", "sw_thermal", "hw_thermal",
@@ -93,6 +96,9 @@ def resolve(config: Config) -> Thresholds:
         queue_share=pick(d.queue_share, alert("LLMEngineCapacityBound")),
         kv_cache_usage=pick(d.kv_cache_usage, alert("LLMEngineKVCacheSaturated")),
         stall_seconds=alert("LLMProbeStreamStalls"),
+        imbalance_ratio=alert("LLMEngineImbalance"),
+        imbalance_min_waiting=alert("LLMEngineImbalance", 1),
+        imbalance_kv_gap=alert("LLMEngineImbalance", 2),
         gpu_memory_ratio=pick(d.gpu_memory_ratio, alert("LLMGPUMemoryNearFull")),
         throttle_reasons=tuple(alert("LLMGPUThrottled")),
         gpu_underutilized=d.gpu_underutilized,

@@ -71,6 +71,9 @@ INHIBITIONS: tuple[Inhibition, ...] = (
                _cause("engine", "slow_prefill", "slow_decode")),
     Inhibition(DIAGNOSIS, ("LLMEngineKVCacheSaturated",), ("target", *WHERE),
                _cause("engine", "kv_cache_pressure")),
+    # An imbalanced rank takes over its engine's queue: the capacity alert is its too.
+    Inhibition(DIAGNOSIS, ("LLMEngineImbalance", "LLMEngineCapacityBound"), ("target", *WHERE),
+               _cause("engine", "imbalance")),
     Inhibition(DIAGNOSIS, ("LLMEngineDown",), ("target", *WHERE),
                (*_cause("engine", "down"), CRITICAL)),
     # Verdicts carry no gpu label: a GPU cause explains that exporter's GPU alerts.

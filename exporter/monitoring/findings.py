@@ -54,6 +54,8 @@ class Decision:
 
 PROBE = (("probe", "probe"),)
 ENGINE = (("target", "engine"),)
+#: One data-parallel rank of an engine.
+RANK = (*ENGINE, ("dp_rank", "dp_rank"))
 PATH = (("carrier", "carrier"), ("target", "target"))
 GPU = (("gpu", "gpu"),)
 SPLITS_OVER = (("gpu", "throttling"), ("gpu", "memory_full"), ("gpu", "xid_errors"),
@@ -73,8 +75,9 @@ DECISIONS: tuple[Decision, ...] = (
     # Metrics that do not answer: down when the probes fail too, else unobservable.
     Decision("LLMEngineDown", "cause", (), (*ENGINE, ("engine_target", "engine")),
              (("engine", "down"), ("exporter", "no_data")), (("engine", "down"),)),
+    # A queue that is one rank's is that rank's imbalance (the split stays in evidence).
     Decision("LLMEngineCapacityBound", "cause", ("alerting.queue_share_ratio",), ENGINE,
-             (("engine", "queueing"), ("engine", "kv_cache_pressure"),
+             (("engine", "queueing"), ("engine", "kv_cache_pressure"), ("engine", "imbalance"),
               ("application", "client_concurrency"), ("application", "long_prompts")),
              (("engine", "queueing"),)),
     Decision("LLMEngineComputeBound", "cause",
@@ -84,6 +87,10 @@ DECISIONS: tuple[Decision, ...] = (
     Decision("LLMEngineKVCacheSaturated", "cause", ("alerting.kv_cache_usage_ratio",), ENGINE,
              (("engine", "kv_cache_pressure"), ("application", "client_concurrency")),
              (("engine", "kv_cache_pressure"),)),
+    Decision("LLMEngineImbalance", "cause",
+             ("alerting.imbalance_ratio", "alerting.imbalance_min_waiting",
+              "alerting.imbalance_kv_gap"), RANK,
+             (("engine", "imbalance"),), (("engine", "imbalance"),)),
     Decision("LLMPathPacketLoss", "cause", ("slo.loss_ratio",), PATH,
              (("network", "packet_loss"), ("network", "peak_congestion")),
              (("network", "packet_loss"),)),

@@ -42,6 +42,9 @@ DESCRIPTIONS: dict[str, str] = {
     "decoding), so one SSE chunk carries several tokens",
     "metrics_error_rate": "fraction of metrics scrapes answered HTTP 500 (an engine whose "
     "metrics endpoint breaks while it keeps serving, or a monitoring-side outage)",
+    "dp_pin_rate": "fraction of requests the data-parallel router sends to each model's "
+    "last rank whatever its load (an affinity gone wrong), the rest to the least-loaded "
+    "rank; with --dp-ranks over 1, the last rank's queue grows while its peers idle",
 }
 
 
@@ -69,6 +72,7 @@ class Faults:
     keep_alive: float = 0.0
     tokens_per_chunk: int = 1
     metrics_error_rate: float = 0.0
+    dp_pin_rate: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return dataclasses.asdict(self)

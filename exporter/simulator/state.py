@@ -88,8 +88,14 @@ class Simulator:
         return [engine for ranks in self.engines.values() for engine, _ in ranks]
 
     def route(self, model: str) -> Engine:
-        """Least-loaded data-parallel rank, as a DP load balancer would pick."""
-        return min((engine for engine, _ in self.engines[model]), key=lambda e: e.load)
+        """Least-loaded data-parallel rank, as a DP load balancer would pick; the last rank
+        for the ``dp_pin_rate`` fraction of requests (drawn only while it is set, so the
+        seeded draws of every other run stay what they were)."""
+        ranks = [engine for engine, _ in self.engines[model]]
+        pin = self.faults.dp_pin_rate
+        if pin and len(ranks) > 1 and self.rng.random() < pin:
+            return ranks[-1]
+        return min(ranks, key=lambda e: e.load)
 
     def exposition(self) -> bytes:
         for ranks in self.engines.values():

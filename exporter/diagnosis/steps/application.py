@@ -198,7 +198,8 @@ def _probe_causes(ctx: Context, ps: ProbeSymptoms, states: dict[str, EngineState
                      {**lab, "outcome": "timeout"}, th.failure_ratio)]
         if st.engine.ttft_p95 is not None:
             ev.append(ctx.ev(metrics.ENGINE_TTFT.name, st.engine.ttft_p95,
-                             {"engine": st.engine.engine}, st.slo_ttft))
+                             {"engine": st.engine.engine}, st.slo_ttft,
+                             grid=st.engine.ttft_buckets))
         limit = f" (timeout {secs(p.timeout_total)})" if p.timeout_total else ""
         out.append(Finding(
             "application", "client_timeouts", probe_scope(p),

@@ -3,7 +3,7 @@ the small helpers that turn numbers into evidence and sentences."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from exporter.config.values import format_duration
@@ -105,9 +105,12 @@ class Context:
                    for c in self.obs.failing_checks)
 
     def ev(self, metric: str, value: float, labels: dict[str, str] | None = None,
-           threshold: float | None = None, baseline: float | None = None) -> Evidence:
+           threshold: float | None = None, baseline: float | None = None,
+           grid: Sequence[float] = ()) -> Evidence:
+        """``grid``: for a histogram quantile, the histogram's bucket bounds, so the evidence
+        says which two the quantile lies between."""
         return Evidence(metric, float(value), {k: v for k, v in (labels or {}).items() if v},
-                        threshold, baseline, self.window)
+                        threshold, baseline, self.window, bucket_of(value, grid))
 
     def engines_of(self, probe: ProbeWindow) -> list[EngineWindow]:
         """The engine a probe is linked to; an unlinked probe beside one engine is its."""
@@ -120,6 +123,28 @@ class Context:
         if named:
             return named
         return [g for g in self.obs.gpus if not g.engine and g.site == engine.site]
+
+
+def bucket_of(value: float, grid: Sequence[float]) -> tuple[float, float] | None:
+    """The bucket bounds a histogram quantile lies between: histogram_quantile interpolates
+    linearly inside the bucket the rank falls in (from 0 in the first, and answers the
+    highest finite bound past it), so the quantile is known to no finer than these two."""
+    upper = next((b for b in grid if value <= b), None)
+    if upper is None:
+        return None
+    return max((b for b in grid if b < upper), default=0.0), upper
+
+
+def resolution(value: float, grid: Sequence[float], threshold: float, what: str) -> str:
+    """A clause for a summary when ``threshold`` lies inside the quantile's bucket: whether
+    the quantile is over it is then the interpolation's guess, not a measurement (vLLM's
+    TTFT buckets jump from 0.25 s to 0.5 s: a 0.3 s SLO sits inside one)."""
+    bucket = bucket_of(value, grid)
+    if bucket is None or not bucket[0] < threshold < bucket[1]:
+        return ""
+    return (f" (the engine's histogram has no bucket between {secs(bucket[0])} and "
+            f"{secs(bucket[1])}, so its P95 against the {secs(threshold)} {what} is "
+            "interpolated)")
 
 
 def step(name: StepName, result: StepResult, evidence: Iterable[Evidence] = ()) -> Step:

@@ -1,8 +1,10 @@
 """Step 3: the engine. Down first; then where its time goes: queued (capacity) or inference,
-and within inference prefill vs decode; KV cache near full with preemptions."""
+and within inference prefill vs decode; KV cache near full with preemptions; one
+data-parallel rank far above its peers (imbalance), which takes over a queue that is its."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter import metrics
@@ -15,6 +17,7 @@ from exporter.diagnosis.steps.base import (
     ProbeSymptoms,
     conclude,
     pct,
+    resolution,
     secs,
     strength,
 )
@@ -29,15 +32,20 @@ EXPLAINS: dict[str, frozenset[Symptom]] = {
     "kv_cache_pressure": frozenset(("ttft", "tpot", "failures", "long_context")),
     "slow_prefill": FIRST,
     "slow_decode": frozenset(("tpot",)),
+    # Requests routed to the busy rank wait there, or time out.
+    "imbalance": FIRST | {"failures"},
 }
 #: Evidence names: the families read and the arithmetic done on them.
 QUEUE_SHARE = "queue / (queue + prefill + decode) of " + metrics.ENGINE_QUEUE_TIME.name
 PER_REQUEST = "{} per request"
+#: The same gauge's mean over the model's other data-parallel ranks.
+PEERS = "{} mean of the other dp_ranks"
 
 #: An engine that answers slowly times requests out; one that is down refuses or resets them.
 FAILS: dict[str, frozenset[str]] = {
     "queueing": frozenset(("timeout",)),
     "kv_cache_pressure": frozenset(("timeout", "server")),
+    "imbalance": frozenset(("timeout",)),
 }
 
 
@@ -79,8 +87,10 @@ def state(ctx: Context, e: EngineWindow, sick: list[ProbeSymptoms]) -> EngineSta
     return EngineState(e, probes, first, decode, slo_ttft, slo_tpot, own)
 
 
-def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Finding] | None:
-    """The engine's findings; None when the numbers needed to split its time are missing."""
+def _findings(ctx: Context, st: EngineState, cleared: list[Evidence],
+              ranks: list[Finding]) -> list[Finding] | None:
+    """The engine's findings besides ``ranks`` (its imbalanced ranks, which take over a queue
+    that is theirs); None when the numbers needed to split its time are missing."""
     th, e = ctx.th, st.engine
     lab = {"engine": e.engine, "target": e.target}
     scope = {"engine": e.engine, "site": e.site}  # engine names repeat across sites
@@ -96,10 +106,11 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
         add("down", f"Engine {e.engine} is down (its metrics endpoint does not answer)",
             [ctx.ev(metrics.ENGINE_UP.name, 0, lab, 1)], 0.95, hard=True)
         return out
-    for value, metric, slo in ((e.ttft_p95, metrics.ENGINE_TTFT.name, st.slo_ttft),
-                               (e.itl_p95, metrics.ENGINE_ITL.name, st.slo_tpot)):
+    for value, metric, slo, grid in (
+            (e.ttft_p95, metrics.ENGINE_TTFT.name, st.slo_ttft, e.ttft_buckets),
+            (e.itl_p95, metrics.ENGINE_ITL.name, st.slo_tpot, e.itl_buckets)):
         if value is not None:
-            cleared.append(ctx.ev(metric, value, lab, slo))
+            cleared.append(ctx.ev(metric, value, lab, slo, grid=grid))
     # A full cache and a long queue are over their alerts' lines on their own (the engine
     # pages before the probes feel it); slow prefill or decode needs a slow engine.
     kv = e.kv_cache_usage
@@ -125,8 +136,12 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
                              e.running_max))
         headline = (f"Engine {e.engine} spends {pct(share)} of its time queueing "
                     f"({e.waiting or 0:.3g} waiting, {e.running or 0:.3g} running)")
+        queued = [f for f in ranks if any(
+            x.metric == metrics.ENGINE_REQUESTS_WAITING.name for x in f.evidence)]
         if out:  # queued because the cache cannot admit more: one cause, the cache's
             out[0].evidence.extend(ev)
+        elif queued:  # the queue is one rank's: the cause is the imbalance
+            queued[0].evidence.extend(ev)
         else:
             add("queueing", headline, ev, strength(share, th.queue_share), own=True)
         return out
@@ -139,21 +154,73 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Fi
     if st.slow_first:
         ev = [ctx.ev(PER_REQUEST.format(metrics.ENGINE_PREFILL_TIME.name),
                      e.prefill_seconds / n, lab)]
+        coarse = ""
         if e.ttft_p95 is not None:
-            ev.append(ctx.ev(metrics.ENGINE_TTFT.name, e.ttft_p95, lab, st.slo_ttft))
+            ev.append(ctx.ev(metrics.ENGINE_TTFT.name, e.ttft_p95, lab, st.slo_ttft,
+                             grid=e.ttft_buckets))
+            coarse = resolution(e.ttft_p95, e.ttft_buckets, st.slo_ttft, "TTFT SLO")
         add("slow_prefill", f"Engine {e.engine}'s prefill takes {secs(e.prefill_seconds / n)} "
-            f"per request with little queueing ({pct(share)})", ev,
+            f"per request with little queueing ({pct(share)}){coarse}", ev,
             strength(e.ttft_p95 or st.slo_ttft, st.slo_ttft, 0.6))
     if st.slow_decode:
         ev = [ctx.ev(PER_REQUEST.format(metrics.ENGINE_DECODE_TIME.name),
                      e.decode_seconds / n, lab)]
+        coarse = ""
         if e.itl_p95 is not None:
-            ev.append(ctx.ev(metrics.ENGINE_ITL.name, e.itl_p95, lab, st.slo_tpot))
+            ev.append(ctx.ev(metrics.ENGINE_ITL.name, e.itl_p95, lab, st.slo_tpot,
+                             grid=e.itl_buckets))
+            coarse = resolution(e.itl_p95, e.itl_buckets, st.slo_tpot, "TPOT SLO")
         add("slow_decode", f"Engine {e.engine} decodes slowly: inter-token P95 "
             f"{secs(e.itl_p95 or 0)} (SLO {secs(st.slo_tpot)}), decode "
-            f"{secs(e.decode_seconds / n)} per request", ev,
+            f"{secs(e.decode_seconds / n)} per request{coarse}", ev,
             strength(e.itl_p95 or st.slo_tpot, st.slo_tpot, 0.6))
     return out
+
+
+def peers(by_rank: Mapping[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """Per (model, dp_rank), the mean of the same model's other ranks (none for a model
+    with one rank)."""
+    out: dict[tuple[str, str], float] = {}
+    for (model, rank) in by_rank:
+        others = [v for (m, r), v in by_rank.items() if m == model and r != rank]
+        if others:
+            out[(model, rank)] = sum(others) / len(others)
+    return out
+
+
+def imbalance(ctx: Context, st: EngineState) -> list[Finding]:
+    """One finding per data-parallel rank whose mean queue or KV-cache usage is far above
+    the mean of its model's other ranks: LLMEngineImbalance's condition. The others' mean,
+    not their median: the alert computes the same number, and PromQL has no median of the
+    other series; with two ranks, the commonest data-parallel size, they are one number."""
+    th, e = ctx.th, st.engine
+    waiting, kv = metrics.ENGINE_REQUESTS_WAITING.name, metrics.ENGINE_KV_CACHE_USAGE.name
+    found: dict[str, Finding] = {}
+    for by_rank, metric in ((e.waiting_by_rank, waiting), (e.kv_by_rank, kv)):
+        for (model, rank), peer in sorted(peers(by_rank).items()):
+            value = by_rank[(model, rank)]
+            line = (max(th.imbalance_min_waiting, th.imbalance_ratio * peer) if metric == waiting
+                    else peer + th.imbalance_kv_gap)
+            if value < line:
+                continue
+            labels = {"engine": e.engine, "target": e.target, "model": model, "dp_rank": rank}
+            ev = [ctx.ev(metric, value, labels, line), ctx.ev(PEERS.format(metric), peer, labels)]
+            what = (f"{value:.3g} requests waiting on average against {peer:.3g} on its peers"
+                    if metric == waiting else
+                    f"its KV cache {pct(value)} used against {pct(peer)} on its peers")
+            f = found.get(rank)
+            if f is not None:
+                f.headline += f", and {what}"
+                f.evidence.extend(ev)
+                f.strength = max(f.strength, strength(value, line))
+                continue
+            scope = {"engine": e.engine, "site": e.site, "dp_rank": rank}
+            found[rank] = Finding(
+                "engine", "imbalance", scope,
+                f"Engine {e.engine}'s data-parallel rank {rank} ({model}) has {what}", ev,
+                strength(value, line), EXPLAINS["imbalance"], st.probes,
+                unobserved=not st.probes, own=True, fails=FAILS["imbalance"])
+    return list(found.values())
 
 
 def serving(ctx: Context, e: EngineWindow) -> bool:
@@ -182,11 +249,12 @@ def evaluate(ctx: Context, sick: list[ProbeSymptoms]
                 cleared.append(ctx.ev(metrics.ENGINE_UP.name, 0, lab, 1))
             continue
         st = state(ctx, e, sick)
-        found = _findings(ctx, st, cleared)
-        if found is None:
+        ranks = imbalance(ctx, st) if e.up else []
+        found = _findings(ctx, st, cleared, ranks)
+        if found is None and not ranks:
             missing.append(e.engine)
             continue
         decided = True
         states.append(st)
-        findings.extend(found)
+        findings.extend((*(found or ()), *ranks))
     return conclude("engine", findings, cleared, decided), findings, states, missing

@@ -4,7 +4,7 @@ believed: a bad network disguises itself as a slow model."""
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.diagnosis.observations import PathWindow, ProbeWindow
+from exporter.diagnosis.observations import EngineWindow, PathWindow, ProbeWindow
 from exporter.diagnosis.result import Evidence, Step, Symptom
 from exporter.diagnosis.steps.base import (
     Context,
@@ -34,6 +34,8 @@ EXPLAINS: dict[str, frozenset[Symptom]] = {
 #: A network fault drops connections and streams or makes them time out; it never answers
 #: with an HTTP status.
 FAILS = frozenset(("timeout", "connect", "stream"))
+#: Evidence name of the client-minus-engine split of mean TTFTs (bucket grids differ).
+MEAN_SPLIT = f"{metrics.PROBE_TTFT.name} mean (_sum / _count)"
 #: Evidence name of the engine's own gaps over the stall line.
 ENGINE_STALLS = f"{metrics.ENGINE_ITL.name} over alerting.stall_seconds"
 
@@ -158,7 +160,7 @@ def _probe_findings(ctx: Context, ps: ProbeSymptoms, cleared: list[Evidence],
     stalled = (p.stalls > 0 or (p.itl_p99 or 0) > th.stall_seconds)
     if stalled and engine is not None and engine.itl_p95 is not None and engine.up:
         e = ctx.ev(metrics.ENGINE_ITL.name, engine.itl_p95, {"engine": engine.engine},
-                   p.slo_tpot)
+                   p.slo_tpot, grid=engine.itl_buckets)
         own = ctx.ev(ENGINE_STALLS, engine.stalls or 0, {"engine": engine.engine}, 0)
         if engine.stalls:
             cleared.extend((e, own))
@@ -171,12 +173,34 @@ def _probe_findings(ctx: Context, ps: ProbeSymptoms, cleared: list[Evidence],
                 EXPLAINS["stream_stalls"], (ps,), fails=FAILS))
     # Client TTFT minus the engine's own: the network and gateway's part. A big share is
     # evidence for this step; a small one clears the network for this probe.
-    if engine is not None and engine.ttft_p95 is not None and p.ttft_p95 and engine.up:
-        gap = max(0.0, p.ttft_p95 - engine.ttft_p95)
-        e = ctx.ev(metrics.PROBE_TTFT.name, gap, {**labels, "part": "client_minus_engine"},
-                   th.client_network_share * p.ttft_p95, engine.ttft_p95)
-        (splits if gap > th.client_network_share * p.ttft_p95 else cleared).append(e)
+    if engine is not None and engine.up:
+        split = client_minus_engine(ctx, p, engine)
+        if split is not None and split.threshold is not None:
+            (splits if split.value > split.threshold else cleared).append(split)
     return out
+
+
+def client_minus_engine(ctx: Context, p: ProbeWindow, engine: EngineWindow
+                        ) -> Evidence | None:
+    """The probe's TTFT minus its engine's own, with the share of the probe's TTFT over
+    which it is the network's as threshold (and the engine's figure as baseline).
+
+    P95s are subtracted only when both histograms have one bucket grid: each is interpolated
+    inside its own buckets, and on two grids (the probe's, and vLLM's, which jumps from
+    0.25 s to 0.5 s) their difference is as much the two resolutions as the network. Else
+    the means are (each _sum over its _count): exact whatever the buckets, and a difference
+    of means is the mean difference, where a difference of P95s is no P95 of anything.
+    Without either pair there is no split: a guess would clear or blame the network."""
+    share = ctx.th.client_network_share
+    labels = {**probe_labels(p), "part": "client_minus_engine"}
+    if p.ttft_buckets and p.ttft_buckets == engine.ttft_buckets and p.ttft_p95 and \
+            engine.ttft_p95 is not None:
+        return ctx.ev(metrics.PROBE_TTFT.name, max(0.0, p.ttft_p95 - engine.ttft_p95), labels,
+                      share * p.ttft_p95, engine.ttft_p95)
+    if p.ttft_mean and engine.ttft_mean is not None:
+        return ctx.ev(MEAN_SPLIT, max(0.0, p.ttft_mean - engine.ttft_mean), labels,
+                      share * p.ttft_mean, engine.ttft_mean)
+    return None
 
 
 def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Finding],

@@ -1,5 +1,6 @@
-"""Engine alerts: down or absent engines, and whether slow engines are capacity-bound
-(queueing), compute-bound (prefill and decode) or out of KV cache."""
+"""Engine alerts: down or absent engines, whether slow engines are capacity-bound
+(queueing), compute-bound (prefill and decode) or out of KV cache, and one data-parallel
+rank far above its peers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from exporter.monitoring import findings, names
 from exporter.monitoring.names import MODEL, RATE
 from exporter.monitoring.promql import (
     MODEL_TEXT,
+    VALUE_NUMBER,
     VALUE_PERCENT,
     human_seconds,
     lbl,
@@ -18,6 +20,62 @@ from exporter.monitoring.promql import (
     rate_sum,
 )
 from exporter.monitoring.rule import Alert
+
+#: The label that tells an engine's data-parallel ranks apart (the one MODEL sums away).
+RANK = next(x for x in metrics.ENGINE_SERIES_LABELS if x not in MODEL.labels)
+RANK_TEXT = f"{MODEL_TEXT} data-parallel rank {lbl(RANK)}"
+
+
+def per_rank(gauge: str) -> str:
+    """The gauge's mean over RATE, one series per rank of each model."""
+    return f"sum by ({MODEL.by}, {RANK}) (avg_over_time({gauge}[{RATE}]))"
+
+
+def others_mean(gauge: str) -> str:
+    """Per rank, the mean of the same model's other ranks: (sum - own) / (count - 1). A
+    model with one rank divides 0 by 0, NaN, which no comparison passes."""
+    mine = per_rank(gauge)
+    return paren(
+        paren(f"sum by ({MODEL.by}) ({mine})", f"- on ({MODEL.by}) group_right", mine),
+        # group_left () ends its (empty) label list, so the parenthesis after it is the
+        # divisor, not more labels.
+        f"/ on ({MODEL.by}) group_left ()",
+        f"(count by ({MODEL.by}) ({mine}) - 1)")
+
+
+def imbalance_alerts(config: Config) -> list[Alert]:
+    """One rank's queue, or KV cache, far above the mean of its model's other ranks: the
+    chain's engine/imbalance (exporter/diagnosis/steps/engine.py), with its thresholds."""
+    ratio, floor, gap = (findings.threshold("LLMEngineImbalance", config, i) for i in range(3))
+    waiting = metrics.ENGINE_REQUESTS_WAITING.name
+    kv = metrics.ENGINE_KV_CACHE_USAGE.name
+    summary = "One data-parallel rank of an engine is far busier than its peers."
+    return [
+        Alert(
+            "LLMEngineImbalance",
+            f"{per_rank(waiting)} >= {num(floor)}\nand\n{per_rank(waiting)}\n>= {num(ratio)} * "
+            + others_mean(waiting),
+            "warning",
+            summary,
+            f"{RANK_TEXT} has {VALUE_NUMBER} requests waiting on average over {RATE} "
+            f"(threshold: {num(ratio)}x the mean of the model's other ranks, and at least "
+            f"{num(floor)}): requests are not spread evenly over the ranks.",
+            "10m",
+            # Two rules of one name need a label apart (promtool: one series, two rules).
+            {"signal": "waiting"},
+        ),
+        Alert(
+            "LLMEngineImbalance",
+            f"{per_rank(kv)}\n>= {num(gap)} + " + others_mean(kv),
+            "warning",
+            summary,
+            f"{RANK_TEXT} has its KV cache {VALUE_PERCENT} used on average over {RATE} "
+            f"(threshold: {num(gap * 100)} percentage points over the mean of the model's "
+            "other ranks).",
+            "10m",
+            {"signal": "kv_cache"},
+        ),
+    ]
 
 
 def engine_alerts(config: Config) -> list[Alert]:
@@ -92,5 +150,6 @@ def engine_alerts(config: Config) -> list[Alert]:
             f"{pct(kv_full)}) and the scheduler is preempting requests.",
             "5m",
         ),
+        *imbalance_alerts(config),
     ]
     return alerts

@@ -111,7 +111,7 @@ def _parse(msg: memoryview) -> Connection | None:
         return None  # a socket that closed while being dumped, or a kernel older than 4.6
     rate = _RATE.unpack_from(info, _RATE_AT)[0] if len(info) >= _RATE_AT + 8 else None
     return Connection(
-        bytes(cookie),
+        cookie,
         int.from_bytes(sport, "big"),
         remote,
         _RTT.unpack_from(info, _RTT_AT)[0] / 1e6,

@@ -10,21 +10,25 @@ this process, medians over ``--runs``:
 * ``empty`` (the reference): a run of the same check config on a port nobody uses;
 * ``stock``: the first run at N (every connection new: classified by its address);
 * ``idle``: a run where no connection sent anything since the last;
+* ``dump only``: the kernel's dump received and walked by message headers, not decoded;
 * ``active``: a run after every server socket wrote 1 KiB (so each gives an RTT and a
   delivery-rate observation and a segment delta);
 * ``ss``: ``ss -tin state established sport = :PORT`` reading the same sockets, for scale;
 
 each run timed as the scheduler runs it (``await check.run()``, the dump on a worker
 thread); and /metrics: the batch published to the runtime's store (rendered there, once
-per run) and a scrape's text (``Store.text``), against the empty run's. The series count
+per run), a scrape's text of it (``Store.text``), and a whole /metrics body as the server
+renders it (``App.metrics_body``, the runtime's own families included), against the empty
+run's. The series count
 must be the same at N connections as at none; the state's memory per tracked connection
 is from tracemalloc.
 
     .venv/bin/python -m benchmarks.clients_scale                        # 10,000 connections
     .venv/bin/python -m benchmarks.clients_scale --connections 2000 --runs 5
 
-The client ends live in a child process, so each process needs an open-file limit of N
-plus a little (the script raises the soft limit up to the hard one). Exit status 1 unless
+The client and server ends live in two child processes, so each process needs an
+open-file limit of N plus a little (the script raises the soft limit up to the hard one),
+and the benchmark's own process, the exporter's stand-in, holds none of them. Exit status 1 unless
 the series counts agree and an active run at N costs under ``--budget`` ms (default 500).
 """
 
@@ -37,6 +41,7 @@ import random
 import resource
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -47,8 +52,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from exporter.checks.clients import check as clients
+from exporter.checks.clients import diag
 from exporter.checks.clients.check import ClientsCheck
 from exporter.config.load import load_config
+from exporter.runtime.app import App
 from exporter.runtime.exposition import Store
 from tests.support.procs import free_port
 
@@ -85,11 +92,16 @@ def carrier_lists(workdir: Path, prefixes: int, seed: int = 1) -> dict[str, Path
     return files
 
 
-def the_check(workdir: Path, port: int, files: dict[str, Path]) -> ClientsCheck:
+def config_file(workdir: Path, port: int, files: dict[str, Path]) -> Path:
     cfg = workdir / f"clients-{port}.yaml"
     rows = "".join(f"    {name}: {path}\n" for name, path in files.items())
-    cfg.write_text(f"clients:\n  ports: [{port}]\n  carriers:\n{rows}")
-    (check,) = clients.build(load_config(cfg))
+    cfg.write_text(f"server: {{log_level: warning}}\nclients:\n  ports: [{port}]\n"
+                   f"  carriers:\n{rows}")
+    return cfg
+
+
+def the_check(workdir: Path, port: int, files: dict[str, Path]) -> ClientsCheck:
+    (check,) = clients.build(load_config(config_file(workdir, port, files)))
     assert isinstance(check, ClientsCheck)
     return check
 
@@ -103,8 +115,7 @@ def client_addresses(n: int) -> list[tuple[socket.AddressFamily, str, str]]:
 
 
 def clients_process(n: int, port: int) -> None:
-    """The client ends, in a process of their own (the open-file limit is per process):
-    connect, say ready, hold them until stdin closes."""
+    """The client ends: connect, say ready, hold them until stdin closes."""
     held = []
     for family, source, dest in client_addresses(n):
         s = socket.socket(family, socket.SOCK_STREAM)
@@ -115,26 +126,80 @@ def clients_process(n: int, port: int) -> None:
     sys.stdin.read()
 
 
-def connect(stack: ExitStack, n: int, port: int) -> list[socket.socket]:
-    """``n`` connections to ``port`` from a client process; the server-side sockets."""
+def server_process(n: int, port: int) -> None:
+    """The server ends: listen, accept ``n``, say ready; at each line on stdin write 1 KiB
+    on every connection and say sent; stop when stdin closes."""
     listeners = []
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
-        listener = stack.enter_context(socket.socket(family, socket.SOCK_STREAM))
+        listener = socket.socket(family, socket.SOCK_STREAM)
         listener.bind((host, port))
         listener.listen(4096)
         listeners.append(listener)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.clients_scale", "--clients-for", str(port),
-         "--connections", str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    stack.callback(child.wait, 30)
-    assert child.stdin is not None and child.stdout is not None
-    stack.callback(child.stdin.close)
+    print("listening", flush=True)
     accepted = []
     for listener, count in zip(listeners, (n // 2, n - n // 2), strict=True):
-        accepted += [stack.enter_context(listener.accept()[0]) for _ in range(count)]
-    if child.stdout.readline().strip() != b"ready":
-        raise SystemExit(f"the client process failed (exit {child.poll()})")
-    return accepted
+        accepted += [listener.accept()[0] for _ in range(count)]
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        for conn in accepted:
+            conn.send(b"x" * 1024)
+        print("sent", flush=True)
+
+
+class Connections:
+    """``n`` loopback connections to ``port``, both ends in processes of their own: the
+    open-file limit is per process, and /metrics reports the exporter's own open files
+    (process_open_fds), which the server's sockets are not."""
+
+    def __init__(self, stack: ExitStack, n: int, port: int) -> None:
+        def child(mode: str) -> subprocess.Popen[str]:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.clients_scale", mode, str(port),
+                 "--connections", str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True)
+            stack.callback(proc.wait, 30)
+            assert proc.stdin is not None
+            stack.callback(proc.stdin.close)
+            return proc
+
+        self.server = child("--serve")
+        self.expect(self.server, "listening")
+        self.expect(child("--clients-for"), "ready")
+        self.expect(self.server, "ready")
+
+    @staticmethod
+    def expect(proc: subprocess.Popen[str], line: str) -> None:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != line:
+            raise SystemExit(f"a connection process failed (exit {proc.poll()})")
+
+    def send(self) -> None:
+        """1 KiB on every connection, written by the server's end."""
+        assert self.server.stdin is not None
+        self.server.stdin.write("send\n")
+        self.server.stdin.flush()
+        self.expect(self.server, "sent")
+
+
+def dump_only(port: int) -> int:
+    """The kernel's dump and its reading, without decoding: messages received and walked by
+    their headers only (what the check's run costs before any tcp_info is unpacked)."""
+    header = struct.Struct("=IHHII")
+    count = 0
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, diag.NETLINK_SOCK_DIAG) as sock:
+        sock.bind((0, 0))
+        buf = bytearray(1 << 16)
+        for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), 1):
+            sock.send(diag.request(family, [port], seq))
+            done = False
+            while not done:
+                n, at = sock.recv_into(buf), 0
+                while at < n and not done:
+                    length, kind = header.unpack_from(buf, at)[:2]
+                    done = kind == diag.NLMSG_DONE
+                    count += not done
+                    at += (length + 3) & ~3
+    return count
 
 
 def median_ms(samples: list[float]) -> float:
@@ -163,6 +228,24 @@ def metrics_times(check: ClientsCheck, runs: int) -> tuple[float, float, int]:
     return median_ms(publish), median_ms(scrape), lines
 
 
+async def scrape_ms(cfg: Path, runs: int) -> float:
+    """A whole /metrics body as the server renders it (``App.metrics_body``: the runtime's
+    own families and the store, on the render thread) after two runs of the check."""
+    app = App(load_config(cfg), str(cfg))
+    try:
+        (check,) = app.gen.scheduler.checks
+        for _ in range(2):
+            await app.gen.scheduler.run_once(check)
+        took = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            await app.metrics_body(False)
+            took.append(time.perf_counter() - start)
+        return median_ms(took)
+    finally:
+        await app.shutdown()
+
+
 async def measure(args: argparse.Namespace, workdir: Path) -> int:
     files = carrier_lists(workdir, args.prefixes)
     port, unused = free_port(), free_port()
@@ -172,20 +255,26 @@ async def measure(args: argparse.Namespace, workdir: Path) -> int:
     await empty.run()
     ref = median_ms([await timed(empty.run) for _ in range(args.runs)])
     ref_publish, ref_scrape, ref_lines = metrics_times(empty, args.runs)
+    ref_body = await scrape_ms(config_file(workdir, unused, files), args.runs)
     rows.append(("empty (reference)", ref, "0 connections"))
 
     with ExitStack() as stack:
         start = time.perf_counter()
-        servers = connect(stack, args.connections, port)
-        print(f"opened {len(servers)} connections in {time.perf_counter() - start:.1f} s")
+        conns = Connections(stack, args.connections, port)
+        print(f"opened {args.connections} connections in {time.perf_counter() - start:.1f} s")
         stock = await timed(check.run) * 1000
         rows.append(("stock (first run, all new)", stock, f"{check.tracked} tracked"))
         idle = median_ms([await timed(check.run) for _ in range(args.runs)])
         rows.append(("idle", idle, "no segments since the last run"))
+        dumps = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            dumped = dump_only(port)
+            dumps.append(time.perf_counter() - start)
+        rows.append(("dump only (not decoded)", median_ms(dumps), f"{dumped} messages"))
         active = []
         for _ in range(args.runs):
-            for s in servers:
-                s.send(b"x" * 1024)
+            conns.send()
             time.sleep(0.2)  # the data is acknowledged, so each RTT sample is fresh
             active.append(await timed(check.run))
         rows.append(("active", median_ms(active), "1 KiB sent on every connection"))
@@ -198,6 +287,7 @@ async def measure(args: argparse.Namespace, workdir: Path) -> int:
         listed = sum(1 for line in out.splitlines() if line and not line[0].isspace())
         rows.append(("ss -tin (for scale)", median_ms(ss), f"{listed} sockets"))
         publish, scrape, lines = metrics_times(check, args.runs)
+        body = await scrape_ms(config_file(workdir, port, files), args.runs)
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         state, _ = check._read(None)
@@ -214,6 +304,8 @@ async def measure(args: argparse.Namespace, workdir: Path) -> int:
     print(f"| publish (render, once per run) | {ref_publish:.3f} ms | {publish:.3f} ms |"
           f" {publish / ref_publish:.2f} |")
     print(f"| scrape text | {ref_scrape:.3f} ms | {scrape:.3f} ms | {scrape / ref_scrape:.2f} |")
+    print(f"| whole /metrics body (App.metrics_body) | {ref_body:.2f} ms | {body:.2f} ms |"
+          f" {body / ref_body:.2f} |")
     print(f"| series lines | {ref_lines} | {lines} | {lines / ref_lines:.2f} |")
     print(f"\nstate: {per_conn:.0f} bytes per tracked connection ({counts} tracked)")
     ok = lines == ref_lines and median_ms(active) < args.budget
@@ -229,6 +321,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--budget", type=float, default=500.0, help="ms per active run")
     parser.add_argument("--clients-for", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     need = args.connections + 1024
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -239,6 +332,9 @@ def main() -> int:
             raise SystemExit(f"cannot raise the open-file limit to {need}: {exc}") from None
     if args.clients_for:
         clients_process(args.connections, args.clients_for)
+        return 0
+    if args.serve:
+        server_process(args.connections, args.serve)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         return asyncio.run(measure(args, Path(tmp)))

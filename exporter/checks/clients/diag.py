@@ -152,6 +152,8 @@ def established(ports: Sequence[int], timeout: float) -> Iterator[Connection]:
 
     The kernel walks its socket tables while we read, so a connection that opens or closes
     meanwhile may be missing from this dump; it is in the next one (or closed)."""
+    if not hasattr(socket, "AF_NETLINK"):
+        raise DiagError("the clients check reads netlink sock_diag, which only Linux has")
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
                        NETLINK_SOCK_DIAG) as sock:
         sock.settimeout(timeout)

@@ -384,6 +384,11 @@ def test_delegation_blocks_of_a_holder_become_a_cidr_file(tmp_path: Path) -> Non
     out.write_text(proc.stdout)
     assert load_carriers({"telecom": str(out)}).prefixes == (4,)
     assert "# holder A1: 3 blocks" in proc.stderr
+    bad = write(tmp_path / "bad", "apnic|CN|ipv4|198.51.100.0|many|20020101|allocated|A1")
+    proc = subprocess.run([sys.executable, "-m", "exporter.checks.clients.delegation", bad],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2, f"{bad}: line 1: invalid literal for int() with base 10: 'many'")
 
 
 def test_the_event_loop_is_free_while_a_run_reads(tmp_path: Path, stack: ExitStack) -> None:

@@ -38,20 +38,23 @@ class Block:
 
 def blocks(text: str) -> Iterator[Block]:
     """The allocated and assigned IPv4 and IPv6 blocks of a delegation file."""
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         parts = line.strip().split("|")
         if len(parts) < 7 or parts[2] not in ("ipv4", "ipv6") or parts[1] == "*":
             continue  # the version line, summaries, asn blocks, comments
         if parts[6] not in ("allocated", "assigned"):
             continue
-        start, value = parts[3], int(parts[4])
         holder = parts[7] if len(parts) > 7 else ""
         nets: tuple[Network, ...]
-        if parts[2] == "ipv4":
-            first = ipaddress.IPv4Address(start)
-            nets = tuple(ipaddress.summarize_address_range(first, first + (value - 1)))
-        else:
-            nets = (ipaddress.IPv6Network(f"{start}/{value}"),)
+        try:
+            start, value = parts[3], int(parts[4])
+            if parts[2] == "ipv4":
+                first = ipaddress.IPv4Address(start)
+                nets = tuple(ipaddress.summarize_address_range(first, first + (value - 1)))
+            else:
+                nets = (ipaddress.IPv6Network(f"{start}/{value}"),)
+        except ValueError as exc:
+            raise ValueError(f"line {number}: {exc}") from None
         yield Block(parts[1], holder, nets)
 
 

@@ -324,6 +324,8 @@ async def test_sighup_rereads_the_cidr_files_and_a_bad_one_keeps_the_running_lis
      "cfg.yaml: clients.interval (line 3): expected a duration like 15s, got 'soon'"),
     ("clients:\n  ports: [443]\n  carriers: {telecom: t.txt}\n  max_connections: 0\n",
      "cfg.yaml: clients.max_connections (line 4): input should be greater than or equal to 1"),
+    ("clients:\n  ports: [443]\n  carriers: {telecom: t.txt}\n  rtt_buckets: [1s, 100ms]\n",
+     "cfg.yaml: clients.rtt_buckets (line 4): bucket bounds must be positive and increasing"),
     ("clients:\n  ports: [443]\n  carriers: {telecom: t.txt}\n  max_conections: 5\n",
      "cfg.yaml: clients.max_conections (line 4): unknown key 'max_conections' (did you mean"),
 ])

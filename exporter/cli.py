@@ -60,7 +60,7 @@ def require_checks(config: Config, allow_empty: bool) -> Config:
     serve no checks and say Ready, and a reload would silently drop every check."""
     if not allow_empty and not build_checks(config):
         raise ConfigError([
-            f"{config.where()}: configures no checks (engines, probes, paths or gpu);"
+            f"{config.where()}: configures no checks (engines, probes, paths, gpu or clients);"
             " pass --allow-empty if that is intended"
         ])
     return config

@@ -83,6 +83,15 @@ class Histogram:
         self._counts[bisect.bisect_left(self.bounds, value)] += 1
         self._sum += value
 
+    def merge(self, counts: Sequence[float], total: float) -> None:
+        """Add observations binned elsewhere (``counts[i]`` in bucket ``i`` by
+        ``bisect_left(bounds, value)``, not cumulative) whose values sum to ``total``: a
+        worker thread's tally, added on the event loop in one step."""
+        assert len(counts) == len(self._counts), "counts per bucket, +Inf included"
+        for i, n in enumerate(counts):
+            self._counts[i] += n
+        self._sum += total
+
     def freeze(self) -> Buckets:
         counts = tuple(itertools.accumulate(self._counts))
         return Buckets(self.bounds, counts, self._sum, counts[-1])

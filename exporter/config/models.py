@@ -32,6 +32,7 @@ from exporter.config.values import (
     split_host_port,
 )
 from exporter.config.yamlfile import YamlPath, format_path, line_of
+from exporter.metrics import CLIENTS_OTHER_CARRIER
 
 
 class ServerConfig(StrictModel):
@@ -196,6 +197,12 @@ class ProbeConfig(StrictModel):
         return value
 
 
+def increasing_buckets(value: list[float] | None) -> list[float] | None:
+    if value is not None and (value[0] <= 0 or any(b <= a for a, b in pairwise(value))):
+        raise PydanticCustomError("buckets", "bucket bounds must be positive and increasing")
+    return value
+
+
 class PathTarget(StrictModel):
     name: Name
     host: str
@@ -240,12 +247,7 @@ class PathsConfig(StrictModel):
             require_unique([t.name for t in targets], f"carrier {carrier} target")
         return self
 
-    @field_validator("rtt_buckets")
-    @classmethod
-    def _increasing(cls, value: list[float] | None) -> list[float] | None:
-        if value is not None and (value[0] <= 0 or any(b <= a for a, b in pairwise(value))):
-            raise PydanticCustomError("buckets", "bucket bounds must be positive and increasing")
-        return value
+    _increasing = field_validator("rtt_buckets")(increasing_buckets)
 
     @model_validator(mode="after")
     def _burst_fits(self) -> PathsConfig:
@@ -273,6 +275,43 @@ class PathsInclude(StrictModel):
         return self
 
 
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ClientsConfig(StrictModel):
+    """Real users' connections on local listening ports, per carrier (docs/clients.md)."""
+
+    interval: Duration = 15.0
+    #: The engine's or the gateway's listening ports: connections whose local port is one.
+    ports: Annotated[list[Port], Field(min_length=1, max_length=32)]
+    #: Carrier name (as in paths.carriers: telecom, unicom, mobile) -> a CIDR file, one
+    #: prefix a line, relative to the config file; re-read on SIGHUP.
+    carriers: dict[Name, str] = Field(min_length=1, max_length=64)
+    #: Connections one run reads at most; a dump beyond is cut there and counted.
+    max_connections: Annotated[int, Field(ge=1, le=1_000_000)] = 100_000
+    #: Upper bounds of the RTT histogram (default: the paths' 26, 1 ms to 4 s).
+    rtt_buckets: Annotated[list[Duration], Field(min_length=1, max_length=40)] | None = None
+
+    @field_validator("ports")
+    @classmethod
+    def _unique_ports(cls, value: list[int]) -> list[int]:
+        twice = sorted({p for p in value if value.count(p) > 1})
+        if twice:
+            raise PydanticCustomError("duplicate", "port {p} is listed twice", {"p": twice[0]})
+        return value
+
+    @field_validator("carriers")
+    @classmethod
+    def _not_other(cls, value: dict[str, str]) -> dict[str, str]:
+        if CLIENTS_OTHER_CARRIER in value:
+            raise PydanticCustomError(
+                "carrier", "{o} is the carrier of unlisted addresses; name yours otherwise",
+                {"o": repr(CLIENTS_OTHER_CARRIER)})
+        return value
+
+    _increasing = field_validator("rtt_buckets")(increasing_buckets)
+
+
 class GpuConfig(StrictModel):
     enabled: bool = True
     interval: Duration = 1.0
@@ -287,6 +326,7 @@ class Config(StrictModel):
     probes: list[ProbeConfig] = Field(default_factory=list)
     paths: PathsConfig | None = None
     gpu: GpuConfig | None = None
+    clients: ClientsConfig | None = None
     alerting: AlertingConfig = AlertingConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()
     _source: tuple[str, dict[YamlPath, int]] = PrivateAttr(default=("config", {}))

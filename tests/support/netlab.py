@@ -202,7 +202,7 @@ class Lab:
         ]
         if tcp_port:
             args += ["--tcp-port", str(tcp_port)]
-        return Responder(self._spawn_ready(ns, args, "responder"), log)
+        return Responder(self.spawn_ready(ns, args, "responder"), log)
 
     def delay_proxy(
         self,
@@ -223,7 +223,7 @@ class Lab:
             "--delay", str(delay), "--jitter", str(jitter), "--seed", str(seed),
             "--stall", str(stall), "--stall-after", str(stall_after),
         ]
-        return self._spawn_ready(ns, args, "delay proxy")
+        return self.spawn_ready(ns, args, "delay proxy")
 
     def tcp_drops(self, ns: str, port: int, percent: int) -> None:
         """Drop ``percent`` % of the TCP packets to and from ``port`` in ``ns``, both ways
@@ -256,7 +256,8 @@ class Lab:
             if isinstance(e, dict) and "counter" in e
         )
 
-    def _spawn_ready(self, ns: str, args: list[str], what: str) -> subprocess.Popen[bytes]:
+    def spawn_ready(self, ns: str, args: list[str], what: str) -> subprocess.Popen[bytes]:
+        """``spawn``, then wait for the process's ``ready`` line."""
         proc = self.spawn(ns, args, stdout=subprocess.PIPE)
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != b"ready":  # listening before anyone probes

@@ -1,0 +1,1 @@
+"""The clients check: real users' TCP connections on local ports, per carrier."""

@@ -199,11 +199,28 @@ def write_groups(items: Iterable[pytest.Item]) -> None:
 
 
 def scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadgroup`` that reads the groups from :func:`write_groups`'s file."""
+    """``--dist loadgroup`` that reads the groups from :func:`write_groups`'s file, keeps
+    the collection's longest-first order (:func:`longest_first`) rather than xdist's
+    most-tests-first, and hands a worker its next group only when it is down to its last
+    test: the parts tier's groups run for minutes each, and xdist's usual two in hand
+    queued one long group behind another on one worker while others went idle."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         _groups: dict[str, str] | None = None
+
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            # A worker runs a test once it holds the next one (pytest's nextitem): with one
+            # pending it is waiting, so that is when the next group goes to it.
+            if self._pending_of(self.assigned_work[node]) <= 1:
+                self._assign_work_unit(node)
 
         def _split_scope(self, nodeid: str) -> str:
             if self._groups is None:

@@ -205,6 +205,10 @@ def test_one_answer_maps_alerts_onto_verdicts_both_ways() -> None:
     # A probe's other symptom alert is the same verdict's: its span is not the window's.
     tpot = _alert("LLMProbeTPOTHigh", probe="chat-mobile")
     assert one_answer([loss, queue, tpot, *ttft], doc) == []
+    # The engine's cause answers every probe through that engine, seen in the window or not.
+    late = _alert("LLMProbeTTFTHigh", probe="batch", engine_target="main")
+    assert one_answer([loss, queue, late, *ttft], doc) == []
+    assert one_answer([loss, queue, {**late, "engine_target": "other"}, *ttft], doc)
     # A verdict that took over no probe explains no probe's alert.
     lossy = diagnose(with_path(healthy(), "mobile", lost=12)).to_json()
     assert one_answer([loss, tpot], lossy) == [

@@ -157,13 +157,16 @@ def explains(verdict: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     if d.kind == "symptom":
         probe = labels.get("probe", "")
         engine = labels.get("engine_target", "")
-        if engine and scope.get("engine") == engine and \
-                (verdict.get("layer"), verdict.get("cause")) in UPSTREAM:
+        felt = bool(verdict.get("symptoms"))
+        # An engine's cause is every probe's through that engine (its engine_target): the
+        # alert's span (RATE) is not the chain's window, so a probe just under the line in
+        # one can be just over it in the other. Upstream causes need no symptom at all.
+        if engine and scope.get("engine") == engine and (
+                felt or (verdict.get("layer"), verdict.get("cause")) in UPSTREAM):
             return True
-        # The verdict that took over this probe's symptoms is its answer, whichever of them
-        # it saw: the alert's span (RATE) is not the chain's window, so a second symptom of
-        # the same probe can be over the line in one and just under it in the other.
-        return bool(verdict.get("symptoms")) and any(
+        # Likewise the verdict that took over this probe's symptoms is its answer, whichever
+        # of them it saw.
+        return felt and any(
             (e.get("labels") or {}).get("probe") == probe
             for e in verdict.get("evidence") or ())
     if (verdict.get("layer"), verdict.get("cause")) not in d.causes:

@@ -76,6 +76,7 @@ def test_one_threshold_moves_the_alert_and_the_chain() -> None:
     th = resolve(cfg)
     rules = {r["alert"]: r["expr"] for r in _alerts(cfg)}
     for alert, value in (("LLMPathPacketLoss", th.loss_ratio),
+                         ("LLMClientsRetransmissionHigh", th.loss_ratio),
                          ("LLMPathJitterHigh", th.jitter_seconds),
                          ("LLMEngineCapacityBound", th.queue_share),
                          ("LLMEngineKVCacheSaturated", th.kv_cache_usage),

@@ -12,7 +12,7 @@ from exporter import metrics
 from exporter.config.load import parse_config
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.observations import ClientWindow, Observations
-from exporter.diagnosis.steps.network import CLIENT_RTT, RETRANSMISSION
+from exporter.diagnosis.steps.users import CLIENT_RTT, RETRANSMISSION
 from exporter.diagnosis.text import render
 from exporter.diagnosis.thresholds import resolve
 from exporter.monitoring import findings
@@ -130,3 +130,9 @@ def test_the_lines_come_from_the_config() -> None:
     assert diagnose(obs, th).status == "healthy"
     obs = _without(with_clients(healthy(), unicom=dict(sent=100, retransmitted=6)), "unicom")
     assert diagnose(obs, th).verdicts[0].cause == "packet_loss"
+
+
+def test_a_failing_clients_check_judges_no_carrier() -> None:
+    obs = _without(with_clients(healthy(), unicom=dict(retransmitted=1000)), "unicom")
+    d = diagnose(replace(obs, failing_checks=("clients/8000",)))
+    assert "packet_loss" not in {v.cause for v in d.verdicts}, render(d)

@@ -55,8 +55,11 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
     users_rtt = col.buckets(metrics.CLIENTS_RTT, CARRIER)
     segments = col.totals(metrics.CLIENTS_SEGMENTS_SENT, CARRIER)
     retransmitted = col.totals(metrics.CLIENTS_SEGMENTS_RETRANSMITTED, CARRIER)
+    # The check publishes every carrier's series (and other's) from its first run: a
+    # carrier is in the report once its users sent something.
+    users = {k for k, per in segments.items() if any(v > 0 for v in per.values())}
     out = []
-    for key in sorted({*ttft, *tpot, *rtt, *jitter, *loss, *users_rtt, *segments}):
+    for key in sorted({*ttft, *tpot, *rtt, *jitter, *loss, *users}):
         lost = {c: stats.ratio(sent[key][c] - received.get(key, {}).get(c, 0.0), sent[key][c])
                 if c in sent.get(key, {}) else None for c in classes}
         resent = {c: stats.ratio(retransmitted.get(key, {}).get(c, 0.0), segments[key][c])

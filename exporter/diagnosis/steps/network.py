@@ -4,8 +4,9 @@ believed: a bad network disguises itself as a slow model."""
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.diagnosis.observations import ClientWindow, EngineWindow, PathWindow, ProbeWindow
+from exporter.diagnosis.observations import EngineWindow, PathWindow, ProbeWindow
 from exporter.diagnosis.result import Evidence, Step, Symptom
+from exporter.diagnosis.steps import users
 from exporter.diagnosis.steps.base import (
     Context,
     Finding,
@@ -36,11 +37,6 @@ EXPLAINS: dict[str, frozenset[Symptom]] = {
 FAILS = frozenset(("timeout", "connect", "stream"))
 #: Evidence name of the client-minus-engine split of mean TTFTs (bucket grids differ).
 MEAN_SPLIT = f"{metrics.PROBE_TTFT.name} mean (_sum / _count)"
-#: Evidence names of a carrier's real users (the clients check): retransmitted over sent
-#: segments, and the mean of the kernel's smoothed RTT.
-RETRANSMISSION = (f"{metrics.CLIENTS_SEGMENTS_RETRANSMITTED.name} / "
-                  f"{metrics.CLIENTS_SEGMENTS_SENT.name}")
-CLIENT_RTT = f"{metrics.CLIENTS_RTT.name} mean (_sum / _count)"
 #: Evidence name of the engine's own gaps over the stall line.
 ENGINE_STALLS = f"{metrics.ENGINE_ITL.name} over alerting.stall_seconds"
 
@@ -139,82 +135,6 @@ def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, 
     return out
 
 
-def _client_findings(ctx: Context, c: ClientWindow, riders: tuple[ProbeSymptoms, ...],
-                     slo_ttft: float, cleared: list[Evidence]) -> list[Finding]:
-    """What a carrier's real users' own connections say, as the server's kernel saw them:
-    a retransmission is a loss TCP noticed on a user's stream, so the path loss's line
-    judges it (over enough segments), whether or not any probe or path is on the carrier."""
-    th = ctx.th
-    labels = {"carrier": c.carrier, "vantage": c.vantage}
-    scope = {"carrier": c.carrier, "site": c.site, "vantage": c.vantage}
-    where = f"Real users of {c.carrier}"
-    out: list[Finding] = []
-
-    def add(cause: str, headline: str, evidence: list[Evidence], s: float, own: bool) -> None:
-        out.append(Finding("network", cause, dict(scope), headline, evidence, s,
-                           EXPLAINS[cause], riders, unobserved=not riders, own=own,
-                           fails=FAILS))
-
-    ratio = c.retransmission
-    loss_e = ctx.ev(RETRANSMISSION, ratio, labels, th.loss_ratio,
-                    c.retransmission_baseline) \
-        if ratio is not None and c.sent >= th.clients_min_segments else None
-    # How many segments the ratio stands on, against the least it is judged over.
-    sent_e = ctx.ev(metrics.CLIENTS_SEGMENTS_SENT.name, c.sent, labels, th.clients_min_segments)
-    rtt = c.rtt_mean
-    rtt_budget = th.rtt_budget_share * slo_ttft
-    rtt_e = ctx.ev(CLIENT_RTT, rtt, labels, rtt_budget / th.rtt_round_trips,
-                   c.rtt_baseline) if rtt is not None else None
-    # The evening peak against the carrier's own off-peak: congestion on its interconnect,
-    # which takes over the plain loss, as for a path.
-    peak: list[Evidence] = []
-    if c.in_peak and ratio is not None and loss_e is not None and \
-            c.retransmission_baseline is not None and ratio >= th.peak_min_loss and \
-            ratio > c.retransmission_baseline * th.drift_ratio:
-        peak.append(loss_e)
-    if c.in_peak and rtt is not None and rtt_e is not None and c.rtt_baseline and \
-            rtt > c.rtt_baseline * th.drift_ratio:
-        peak.append(rtt_e)
-    if peak:
-        what = (f"retransmit {pct(ratio)} of segments (off-peak "
-                f"{pct(c.retransmission_baseline or 0)})"
-                if loss_e in peak and ratio is not None else
-                f"have RTT {secs(rtt or 0)} at peak (off-peak {secs(c.rtt_baseline or 0)})")
-        add("peak_congestion", f"{where} {what} in the evening peak", peak,
-            strength(peak[0].value, (peak[0].baseline or 0) * th.drift_ratio),
-            own=loss_e in peak and ratio is not None and ratio > th.loss_ratio)
-    elif ratio is not None and loss_e is not None:
-        if ratio > th.loss_ratio:
-            add("packet_loss", f"{where} retransmit {pct(ratio)} of {c.sent} segments "
-                f"(threshold {pct(th.loss_ratio)})", [loss_e, sent_e],
-                strength(ratio, th.loss_ratio, 0.7), own=True)
-        else:
-            cleared.append(loss_e)
-    if rtt is not None and rtt_e is not None and not peak:
-        floor = rtt * th.rtt_round_trips
-        if floor > rtt_budget:
-            add("rtt_floor", f"{where} have RTT {secs(rtt)}: {th.rtt_round_trips} round "
-                f"trips take {secs(floor)} of the {secs(slo_ttft)} TTFT SLO", [rtt_e],
-                strength(floor, rtt_budget), own=False)
-        else:
-            cleared.append(rtt_e)
-    return out
-
-
-def _merge(findings: list[Finding], found: list[Finding]) -> None:
-    """A carrier's real-user finding of a cause a path of the same carrier already has is
-    more evidence for that verdict, not a second one."""
-    for f in found:
-        same = next((g for g in findings if (g.layer, g.cause) == (f.layer, f.cause)
-                     and g.scope.get("carrier") == f.scope["carrier"]
-                     and _same(g.scope.get("site", ""), f.scope.get("site", ""))), None)
-        if same is None:
-            findings.append(f)
-        else:
-            same.absorb(f)
-            same.own = same.own or f.own
-
-
 def _probe_findings(ctx: Context, ps: ProbeSymptoms, cleared: list[Evidence],
                     splits: list[Evidence]) -> list[Finding]:
     """What one symptomatic probe's own timings say about the network."""
@@ -305,15 +225,8 @@ def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Findin
         # it at all (nothing could have shown the symptom), or where its numbers are over an
         # alert's line (the loss pages before users feel it: the network floor first).
         findings.extend(f for f in found if riders or not tagged or f.own)
-    for c in ctx.obs.clients:
-        if ctx.failing("clients"):
-            break
-        riders = tuple(s for s in sick if s.probe.carrier == c.carrier)
-        tagged = any(p.carrier == c.carrier for p in ctx.obs.probes)
-        slos = [s.probe.slo_ttft for s in riders] or [th.slo_ttft]
-        found = _client_findings(ctx, c, riders, min(slos), cleared)
-        decided = decided or c.sent >= th.clients_min_segments or c.rtt_mean is not None
-        _merge(findings, [f for f in found if riders or not tagged or f.own])
+    # Real users per carrier (the clients check), beside the paths.
+    decided = users.evaluate(ctx, sick, findings, cleared, EXPLAINS, FAILS) or decided
     splits: list[Evidence] = []
     for ps in sick:
         found = _probe_findings(ctx, ps, cleared, splits)

@@ -32,7 +32,13 @@ from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.diagnosis import declare, embedded, families, observables, prometheus
 from exporter.diagnosis import promqueries as pq
-from exporter.diagnosis.observations import EngineWindow, GpuWindow, PathWindow, ProbeWindow
+from exporter.diagnosis.observations import (
+    ClientWindow,
+    EngineWindow,
+    GpuWindow,
+    PathWindow,
+    ProbeWindow,
+)
 from exporter.diagnosis.promapi import PromClient
 from exporter.diagnosis.windows import History
 from exporter.monitoring import names
@@ -142,6 +148,7 @@ def test_every_field_is_declared_once() -> None:
         (observables.PATH_TABLE, PathWindow, {"carrier", "region", "protocol"}),
         (observables.ENGINE_TABLE, EngineWindow, {"engine"}),
         (observables.GPU_TABLE, GpuWindow, {"gpu", "name", "engine"}),
+        (observables.CLIENTS_TABLE, ClientWindow, {"carrier"}),
     ):
         fields = [o.field for o in table]
         assert len(fields) == len(set(fields)), fields
@@ -186,6 +193,10 @@ def test_the_observations_agree_too(fleet: dict[str, Any], config: Config) -> No
         assert _same(a, b)
     for a, b in zip(mine.paths, sorted(theirs.paths, key=lambda p: p.carrier), strict=True):
         assert _same(a, b)
+    assert sorted(c.carrier for c in mine.clients) == sorted(recorded.CLIENTS)
+    for a, b in zip(sorted(mine.clients, key=lambda c: c.carrier),
+                    sorted(theirs.clients, key=lambda c: c.carrier), strict=True):
+        assert _same(a, b)
     # Both gauges held the clocks: gpu 0 throttled in the window, gpu 1 had its XID.
     assert [g.clock_events for g in mine.gpus] == [g.clock_events for g in theirs.gpus]
     assert [g.xid_errors for g in mine.gpus] == [g.xid_errors for g in theirs.gpus] == [0, 1]
@@ -219,7 +230,10 @@ def _fleet_config() -> str:
     paths = "".join(
         f"    {c}: [{{name: {t}, host: 127.0.0.1, region: {r}, protocol: {proto}"
         f"{', port: 443' if proto == 'tcp' else ''}}}]\n" for c, t, r, proto in recorded.PATHS)
+    carriers = ", ".join(f"{c}: {c}.txt" for c in recorded.CLIENTS
+                         if c != metrics.CLIENTS_OTHER_CARRIER)
     return (f"probes:\n{probes}paths:\n  carriers:\n{paths}"
+            f"clients: {{ports: [{recorded.CLIENT_PORT}], carriers: {{{carriers}}}}}\n"
             "engines:\n  - {name: main, url: 'http://127.0.0.1:1/metrics'}\n"
             "  - {name: triton, url: 'http://127.0.0.1:2/metrics'}\n")
 

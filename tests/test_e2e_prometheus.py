@@ -1,6 +1,7 @@
 """End to end with the real Prometheus: the exporter scrapes the engine simulator, probes
 it, measures a TCP path to it and reads a scripted NVML; Prometheus scrapes the exporter
-every second and evaluates the rules `generate` wrote for the same config. Then every
+every second and evaluates the rules `generate` wrote for the same config; the clients
+check watches the simulator's port, so the probe's own connections are real users. Then every
 recording rule and every dashboard query, as Grafana would send it, must return data, and
 overloading the simulator must put the capacity-bound (queue-time) alert in pending.
 
@@ -28,7 +29,7 @@ from exporter import metrics
 from exporter.config.load import load_config
 from exporter.monitoring import generate
 from exporter.monitoring.dashboards import kit
-from tests.support.e2e_exporter import loopback_config
+from tests.support.e2e_exporter import loopback_clients, loopback_config
 from tests.support.generated import queries, rules_of, substitute
 from tests.support.procs import Proc, free_port, http_get, wait_until
 from tests.support.prometheus import Prometheus, api, scrape_config
@@ -93,7 +94,10 @@ def test_rules_and_dashboards_on_real_prometheus(
 
     start = time.time()
     config_path = tmp_path / "config.yaml"
-    config_path.write_text(loopback_config(exporter_port, sim_port))
+    # The real users' panels: the probe's and the load's connections to the simulator,
+    # seen server-side by the clients check, are carrier lab's.
+    config_path.write_text(loopback_config(exporter_port, sim_port,
+                                           clients=loopback_clients(sim_port, tmp_path)))
     spawn([sys.executable, "-m", "tests.support.e2e_exporter", str(config_path),
            str(start + PEAK_AFTER)])
     wait_until(lambda: http_get(f"{exporter}/metrics")[0] == 200, timeout=20, what="exporter")

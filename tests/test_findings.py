@@ -76,6 +76,7 @@ def test_one_threshold_moves_the_alert_and_the_chain() -> None:
     th = resolve(cfg)
     rules = {r["alert"]: r["expr"] for r in _alerts(cfg)}
     for alert, value in (("LLMPathPacketLoss", th.loss_ratio),
+                         ("LLMClientsRetransmissionHigh", th.loss_ratio),
                          ("LLMPathJitterHigh", th.jitter_seconds),
                          ("LLMEngineCapacityBound", th.queue_share),
                          ("LLMEngineKVCacheSaturated", th.kv_cache_usage),
@@ -197,7 +198,7 @@ def test_one_answer_maps_alerts_onto_verdicts_both_ways() -> None:
     # A verdict of a paging cause without its alert, an alert no verdict explains.
     assert one_answer([queue, *ttft], doc) == [
         "verdict network/packet_loss {'carrier': 'mobile', 'target': 'gpu-sh'} has no "
-        "LLMPathPacketLoss pending or firing"]
+        "LLMPathPacketLoss or LLMClientsRetransmissionHigh pending or firing"]
     other = _alert("LLMPathPacketLoss", carrier="unicom", target="gpu-sh")
     assert one_answer([loss, queue, other, *ttft], doc) == [
         "alert LLMPathPacketLoss{'carrier': 'unicom', 'target': 'gpu-sh'} is explained by "

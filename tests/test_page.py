@@ -14,7 +14,7 @@ import pytest
 from exporter import metrics, redact
 from exporter.checks.base import Check
 from exporter.config.load import parse_config
-from exporter.diagnosis.observations import Observations, PathWindow, ProbeWindow
+from exporter.diagnosis.observations import ClientWindow, Observations, PathWindow, ProbeWindow
 from exporter.diagnosis.trends import SPAN, Trends
 from exporter.diagnosis.windows import History, RawSample
 from exporter.runtime import page
@@ -202,3 +202,22 @@ def test_tiles_mark_what_is_past_its_threshold() -> None:
     # 90 % success is under 1 - slo.probe_failure_ratio (95 %).
     assert 'class="v bad" data-metric="success" data-value="0.9">90.0 % of 20<' in live
     assert live.count('<svg class="spark"') == 3
+
+
+def test_a_tile_per_carrier_of_real_users() -> None:
+    obs = Observations(
+        at=dt.datetime.fromtimestamp(T0, dt.UTC), window=300, source="exporter",
+        clients=(ClientWindow(carrier="mobile", connections=42.0, sent=20_000,
+                              retransmitted=1000, rtt_mean=0.04, rtt_p95=0.12, in_peak=True),
+                 # 10 % of 50 segments: not judged, so not red.
+                 ClientWindow(carrier="other", connections=1.0, sent=50, retransmitted=5)))
+    live = page.live(_view(None, obs, []))
+    tiles = live.split('<article class="tile"')[1:]
+    assert [t.split('data-name="')[1].split('"')[0] for t in tiles] == [
+        "mobile users", "other users"]
+    assert "real users · peak" in tiles[0]
+    assert 'data-metric="connections" data-value="42.0">42<' in tiles[0]
+    assert ('class="v bad" data-metric="retransmission" data-value="0.05">5.0 % of 20000<'
+            in tiles[0])
+    assert 'data-metric="rtt" data-value="0.04">40 ms (P95 120 ms)<' in tiles[0]
+    assert 'class="v" data-metric="retransmission" data-value="0.1">10.0 % of 50<' in tiles[1]

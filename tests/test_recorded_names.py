@@ -17,7 +17,8 @@ from exporter.monitoring.recording import goodput_windows
 from tests.support.generated import example, rules_of
 
 NAME = re.compile(r"(?P<level>[a-z_]+):(?P<metric>[a-z0-9_]+):(?P<operations>[a-z0-9_]+)")
-LEVELS = {level.name for level in (names.PROBE, names.MODEL, names.PATH, names.ROUTE)}
+LEVELS = {level.name for level in (names.PROBE, names.MODEL, names.PATH, names.ROUTE,
+                                   names.CARRIER)}
 OPERATIONS = re.compile(
     rf"(p(50|95|99)_rate{RATE}(_peak|_offpeak)?|p95_offpeak_baseline"
     rf"|rate{RATE}_offpeak|share_rate{RATE}|ratio_rate[0-9]+[smhd](_peak|_offpeak)?"
@@ -46,6 +47,13 @@ def _packets_lost() -> str:
     return f"{packets}_lost_per_sent"
 
 
+def _retransmitted() -> str:
+    sent = metrics.CLIENTS_SEGMENTS_SENT.base
+    segments = sent.removesuffix("_sent")
+    assert metrics.CLIENTS_SEGMENTS_RETRANSMITTED.base == f"{segments}_retransmitted"
+    return f"{segments}_retransmitted_per_sent"
+
+
 def _inference() -> str:
     prefill = metrics.ENGINE_PREFILL_TIME.name.replace("prefill", "inference")
     assert prefill == metrics.ENGINE_DECODE_TIME.name.replace("decode", "inference")
@@ -60,6 +68,7 @@ DERIVED = {
     f"{_REQUESTS}_{ProbeOutcome.OK.value}{_PER_REQUEST}": "ok requests over requests",
     f"{metrics.PROBE_SLO_GOOD.base}{_PER_REQUEST}": "requests within the SLO over requests",
     _packets_lost(): "sent minus received over sent",
+    _retransmitted(): "retransmitted segments over segments sent",
     _inference(): "prefill plus decode",
 }
 FAMILIES = {name for f in metrics.SCHEMA.values() for name in (f.name, f.base)}

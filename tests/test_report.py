@@ -26,7 +26,7 @@ import pytest
 from exporter.report.model import Report
 from exporter.report.routes import timeline
 from tests.support.browser import BrowserSession
-from tests.support.e2e_exporter import loopback_config
+from tests.support.e2e_exporter import loopback_clients, loopback_config
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.support.prometheus import api, scrape_config, start_prometheus
 from tests.support.simulator import running_simulator
@@ -46,9 +46,10 @@ LONG_PROBE = {"name": "long", "interval": "2s", "max_tokens": 8, "profile": "lon
 DIAGNOSIS = {"window": "20s", "interval": "2s"}
 
 
-def config_text(exporter: int, sim: int, peak_at: float) -> str:
+def config_text(exporter: int, sim: int, peak_at: float, tmp: Path) -> str:
     return loopback_config(exporter, sim, peak=(hhmm(peak_at), hhmm(peak_at + 600)),
-                           gpu=False, more_probes=[LONG_PROBE], diagnosis=DIAGNOSIS)
+                           gpu=False, more_probes=[LONG_PROBE], diagnosis=DIAGNOSIS,
+                           clients=loopback_clients(sim, tmp))
 
 
 
@@ -72,10 +73,10 @@ def report_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     with running_simulator(fmt="vllm", seed=3, fast=True) as sim:
         try:
             config = tmp / "config.yaml"
-            config.write_text(config_text(exporter_port, sim.port, peak_at))
+            config.write_text(config_text(exporter_port, sim.port, peak_at, tmp))
             # The same stack with the window twelve hours away: every minute is daytime.
             flat = tmp / "daytime.yaml"
-            flat.write_text(config_text(exporter_port, sim.port, peak_at + 43200))
+            flat.write_text(config_text(exporter_port, sim.port, peak_at + 43200, tmp))
             procs.append(Proc(exporter_cmd("run", "--config", str(config))))
             exporter = f"http://127.0.0.1:{exporter_port}"
             wait_until(lambda: http_get(f"{exporter}/metrics")[0] == 200, timeout=20,
@@ -149,6 +150,8 @@ def test_daytime_and_peak_tables_match_promql(report_lab: dict[str, Any]) -> Non
         "ttft": 'llm_probe_time_to_first_token_seconds_bucket{carrier="lab",profile!="long_context"}',
         "tpot": 'llm_probe_time_per_output_token_seconds_bucket{carrier="lab",profile!="long_context"}',
         "rtt": 'llm_path_rtt_seconds_bucket{carrier="lab"}',
+        # The probes' own connections, seen by the clients check on the simulator's port.
+        "users_rtt": 'llm_clients_rtt_seconds_bucket{carrier="lab"}',
     }
     for name, selector in hist.items():
         for cls, rng, at in (("daytime", day, peak_at), ("evening", peak, end)):
@@ -166,6 +169,9 @@ def test_daytime_and_peak_tables_match_promql(report_lab: dict[str, Any]) -> Non
         want = scalar(prom, f"1 - sum(increase(llm_path_packets_received_total{rng})) "
                             f"/ sum(increase(llm_path_packets_sent_total{rng}))", at)
         assert near(carrier["loss_ratio"][cls], want)
+        want = scalar(prom, f"sum(increase(llm_clients_segments_retransmitted_total{rng})) "
+                            f"/ sum(increase(llm_clients_segments_sent_total{rng}))", at)
+        assert want is not None and near(carrier["retransmission_ratio"][cls], want)
     # The fault ran in the peak window: its TTFT is the slow one, and the difference says so.
     ttft = m["ttft"]
     assert ttft["by_class"]["evening"]["p95"] > SLOW_FIRST_TOKEN

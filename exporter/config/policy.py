@@ -100,6 +100,10 @@ class AlertingConfig(StrictModel):
     imbalance_min_waiting: Annotated[float, Field(gt=0)] = 5.0
     imbalance_kv_gap: Annotated[float, Field(gt=0, lt=1)] = 0.3
     gpu_memory_ratio: Ratio = 0.97
+    # Real users' retransmissions (LLMClientsRetransmissionHigh, network/packet_loss of a
+    # carrier) are judged over at least this many segments sent in the window: 2 of 10 is
+    # one unlucky connection, not a carrier's loss.
+    clients_min_segments: Annotated[int, Field(ge=1)] = 1000
     # A gap between tokens this long is a stall a user notices.
     stall_seconds: Duration = 2.0
     # Route classes best first; a target whose class moves down this list alerts.

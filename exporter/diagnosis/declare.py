@@ -46,6 +46,9 @@ ENGINE = Kind("engine", (*metrics.ENGINE_TARGET_LABELS, *FLEET), metrics.ENGINE_
 # GPU indexes repeat on every server, so the instance stays in the key (empty in the
 # exporter's own samples).
 GPU = Kind("gpu", ("instance", *metrics.GPU_LABELS, *FLEET), metrics.GPU_UTILIZATION.name)
+# Summed over the watched ports: a carrier's users are one population whichever port.
+CLIENTS = Kind("clients", (*metrics.CLIENTS_LABELS[:1], *FLEET),
+               metrics.CLIENTS_SEGMENTS_SENT.name)
 CHECK = Kind("check", (metrics.EXPORTER_CHECK_RUNS.labels[0], *FLEET),
              metrics.EXPORTER_CHECK_RUNS.name)
 

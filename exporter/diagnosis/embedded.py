@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import urlsplit
 
+from exporter import metrics
 from exporter.config.models import Config, ProbeConfig
 from exporter.diagnosis import declare, observables, stats
 from exporter.diagnosis.alignment import probe_windows
@@ -37,6 +38,7 @@ from exporter.diagnosis.declare import (
     Values,
 )
 from exporter.diagnosis.observations import (
+    ClientWindow,
     EngineWindow,
     GpuWindow,
     Observations,
@@ -252,6 +254,20 @@ def _paths(config: Config, got: declare.Prepared) -> list[PathWindow]:
     return out
 
 
+def _clients(config: Config, got: declare.Prepared) -> list[ClientWindow]:
+    """Each configured carrier's real users, and those of no list's, where the check
+    published them (a carrier no client reached yet has no series: no window)."""
+    if config.clients is None:
+        return []
+    found = {k[0] for k in declare.keys(got, "sent", "connections")}
+    out = []
+    for carrier in (*config.clients.carriers, metrics.CLIENTS_OTHER_CARRIER):
+        if carrier in found:
+            fields = declare.fill(observables.CLIENTS_TABLE, got, {"carrier": carrier}, config)
+            out.append(ClientWindow(carrier=carrier, **fields))
+    return out
+
+
 def _gpus(config: Config, got: declare.Prepared) -> list[GpuWindow]:
     found = declare.keys(got, "utilization", "memory_used_ratio")
     out = []
@@ -310,5 +326,6 @@ def observe_window(
             observables.ENGINE_TABLE, engines, {"target": e.name}, config))
             for e in config.engines),
         gpus=tuple(_gpus(config, evaluate(observables.GPU_TABLE, ctx))),
+        clients=tuple(_clients(config, evaluate(observables.CLIENTS_TABLE, ctx))),
         failing_checks=failing_checks(w, evaluate(observables.CHECK_TABLE, ctx)),
     )

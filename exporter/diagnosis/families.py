@@ -51,6 +51,10 @@ WINDOW_FAMILIES: tuple[metrics.Family, ...] = (
     metrics.GPU_CLOCK_EVENT,
     metrics.GPU_XID_ERRORS,
     metrics.GPU_DRAM_BANDWIDTH_UTILIZATION,
+    metrics.CLIENTS_CONNECTIONS,
+    metrics.CLIENTS_SEGMENTS_SENT,
+    metrics.CLIENTS_SEGMENTS_RETRANSMITTED,
+    metrics.CLIENTS_RTT,
 )
 #: What baselines (off-peak statistics), history-long maxima and the `/` page's last-hour
 #: sparklines (``trends.py``) read: kept once a minute for ``diagnosis.history``.
@@ -66,10 +70,11 @@ COARSE_FAMILIES: tuple[metrics.Family, ...] = (
     metrics.PATH_PACKETS_SENT, metrics.PATH_PACKETS_RECEIVED, metrics.PATH_RTT,
     metrics.PATH_JITTER, metrics.PATH_ROUTE_INFO,
     metrics.GPU_UTILIZATION, metrics.GPU_DRAM_BANDWIDTH_UTILIZATION, metrics.GPU_CLOCK_EVENT,
+    metrics.CLIENTS_SEGMENTS_SENT, metrics.CLIENTS_SEGMENTS_RETRANSMITTED, metrics.CLIENTS_RTT,
 )
 #: Histograms whose coarse snapshots keep ``_sum`` and ``_count`` but no buckets.
 COARSE_MEAN_ONLY = (metrics.ENGINE_E2E, metrics.PATH_RTT, metrics.ENGINE_QUEUE_TIME,
-                    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME)
+                    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME, metrics.CLIENTS_RTT)
 
 
 def sample_names(family: metrics.Family) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.diagnosis.declare import (
     CHECK,
+    CLIENTS,
     ENGINE,
     GPU,
     PATH,
@@ -238,6 +239,25 @@ GPU_TABLE: tuple[Observable, ...] = (
                MeanOverTime(metrics.GPU_DRAM_BANDWIDTH_UTILIZATION.name)),
 )
 
+_CLIENT_SENT = Increase(metrics.CLIENTS_SEGMENTS_SENT.name)
+_CLIENT_RETRANS = Increase(metrics.CLIENTS_SEGMENTS_RETRANSMITTED.name)
+_CLIENT_RTT = Ratio(Increase(_sum(metrics.CLIENTS_RTT)), Increase(_count(metrics.CLIENTS_RTT)))
+
+#: Real users per carrier (the clients check): retransmissions are loss as TCP saw it on
+#: the users' own streams, whatever ICMP to a chosen target says.
+CLIENTS_TABLE: tuple[Observable, ...] = (
+    Observable("connections", CLIENTS, MeanOverTime(metrics.CLIENTS_CONNECTIONS.name)),
+    Observable("sent", CLIENTS, _CLIENT_SENT, count),
+    Observable("retransmitted", CLIENTS, _CLIENT_RETRANS, count),
+    Observable("rtt_p95", CLIENTS, Quantile(0.95, metrics.CLIENTS_RTT)),
+    Observable("rtt_mean", CLIENTS, _CLIENT_RTT),
+    Observable("retransmission_baseline", CLIENTS, Baseline(Ratio(_CLIENT_RETRANS,
+                                                                  _CLIENT_SENT))),
+    Observable("rtt_baseline", CLIENTS, Baseline(_CLIENT_RTT)),
+    Observable("in_peak", CLIENTS, InPeak(), in_peak),
+)
+
+
 def runs(values: By, config: Config) -> dict[tuple[str, ...], float]:
     return dict(values)
 
@@ -249,7 +269,7 @@ CHECK_TABLE: tuple[Observable, ...] = (
 )
 
 TABLES: tuple[tuple[Observable, ...], ...] = (
-    PROBE_TABLE, PATH_TABLE, ENGINE_TABLE, GPU_TABLE, CHECK_TABLE)
+    PROBE_TABLE, PATH_TABLE, ENGINE_TABLE, GPU_TABLE, CLIENTS_TABLE, CHECK_TABLE)
 
 
 def failing(runs: Mapping[tuple[str, ...], float]) -> bool:

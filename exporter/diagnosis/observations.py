@@ -154,6 +154,31 @@ class GpuWindow:
 
 
 @dataclass(frozen=True)
+class ClientWindow:
+    """One carrier's real users over the window: the ``clients`` check's connections on
+    the watched ports (summed over them), as the server's kernel saw them."""
+
+    carrier: str
+    vantage: str = ""
+    site: str = ""
+    #: Mean established connections over the window.
+    connections: float | None = None
+    #: Data segments sent to the carrier's clients, and of them retransmitted.
+    sent: int = 0
+    retransmitted: int = 0
+    #: The kernel's smoothed RTT of the connections that sent data: P95 and mean.
+    rtt_p95: float | None = None
+    rtt_mean: float | None = None
+    retransmission_baseline: float | None = None  # off-peak retransmitted / sent
+    rtt_baseline: float | None = None  # off-peak mean smoothed RTT
+    in_peak: bool = False
+
+    @property
+    def retransmission(self) -> float | None:
+        return self.retransmitted / self.sent if self.sent else None
+
+
+@dataclass(frozen=True)
 class Observations:
     at: dt.datetime
     window: float  # seconds
@@ -162,5 +187,6 @@ class Observations:
     paths: tuple[PathWindow, ...] = ()
     engines: tuple[EngineWindow, ...] = ()
     gpus: tuple[GpuWindow, ...] = ()
+    clients: tuple[ClientWindow, ...] = ()
     #: Checks configured but failing or never run in the window ("engine/main", "gpu/nvml").
     failing_checks: tuple[str, ...] = ()

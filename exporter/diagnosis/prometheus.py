@@ -22,6 +22,7 @@ from exporter.diagnosis import promqueries as pq
 from exporter.diagnosis.alignment import probe_time
 from exporter.diagnosis.declare import PROBE, Context, Kind, Leaf, Values
 from exporter.diagnosis.observations import (
+    ClientWindow,
     EngineWindow,
     GpuWindow,
     Observations,
@@ -131,6 +132,7 @@ def observations(r: Results, config: Config, at: dt.datetime, window: float) -> 
         paths=tuple(_paths(got(observables.PATH_TABLE), config)),
         engines=tuple(_engines(got(observables.ENGINE_TABLE), config)),
         gpus=tuple(_gpus(got(observables.GPU_TABLE), config)),
+        clients=tuple(_clients(got(observables.CLIENTS_TABLE), config)),
         failing_checks=tuple(sorted({k[0] for k, runs in checks.items()
                                      if observables.failing(runs)} - {""})),
     )
@@ -186,6 +188,16 @@ def _paths(got: declare.Prepared, config: Config) -> list[PathWindow]:
             site=labels["site"],
             **declare.fill(observables.PATH_TABLE, got, labels, config),
         ))
+    return out
+
+
+def _clients(got: declare.Prepared, config: Config) -> list[ClientWindow]:
+    out = []
+    for k in sorted(declare.keys(got, "sent", "connections")):
+        labels = dict(zip(declare.CLIENTS.key, k, strict=True))
+        out.append(ClientWindow(
+            carrier=labels["carrier"], vantage=labels["vantage"], site=labels["site"],
+            **declare.fill(observables.CLIENTS_TABLE, got, labels, config)))
     return out
 
 

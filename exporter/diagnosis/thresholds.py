@@ -36,6 +36,9 @@ class Thresholds:
     connection_setup_share: float = 0.5
     client_network_share: float = 0.5
     peak_min_loss: float = 0.01
+    #: Segments sent to a carrier's real users in the window under which their
+    #: retransmission ratio is not judged.
+    clients_min_segments: int = 1000
     route_class_order: tuple[str, ...] = (
         "cn2_gia", "ctgnet", "cu_9929", "cmin2", "cn2_gt", "cmi", "cu_4837",
         "chinanet_163", "cmnet", "other",
@@ -92,6 +95,7 @@ def resolve(config: Config) -> Thresholds:
         connection_setup_share=d.connection_setup_share,
         client_network_share=d.client_network_share,
         peak_min_loss=al.peak_drift_min_loss_ratio,
+        clients_min_segments=alert("LLMClientsRetransmissionHigh", 1),
         route_class_order=tuple(al.route_class_order),
         queue_share=pick(d.queue_share, alert("LLMEngineCapacityBound")),
         kv_cache_usage=pick(d.kv_cache_usage, alert("LLMEngineKVCacheSaturated")),

@@ -58,6 +58,8 @@ ENGINE = (("target", "engine"),)
 RANK = (*ENGINE, ("dp_rank", "dp_rank"))
 PATH = (("carrier", "carrier"), ("target", "target"))
 GPU = (("gpu", "gpu"),)
+#: A carrier's real users: the carrier alone (they ride no chosen target).
+CARRIER = (("carrier", "carrier"),)
 SPLITS_OVER = (("gpu", "throttling"), ("gpu", "memory_full"), ("gpu", "xid_errors"),
                ("gpu", "underutilized"), ("gpu", "memory_bandwidth"),
                ("application", "long_prompts"))
@@ -100,6 +102,12 @@ DECISIONS: tuple[Decision, ...] = (
              (("network", "route_change"),)),
     Decision("LLMPathLossPeakDrift", "cause", ("alerting.peak_drift_ratio",), PATH,
              (("network", "peak_congestion"),)),
+    # Real users' retransmissions are loss as TCP saw it: the path loss's line, over at
+    # least a minimum of segments; congestion only the peak has takes the finding over.
+    Decision("LLMClientsRetransmissionHigh", "cause",
+             ("slo.loss_ratio", "alerting.clients_min_segments"), CARRIER,
+             (("network", "packet_loss"), ("network", "peak_congestion")),
+             (("network", "packet_loss"),)),
     Decision("LLMGPUMemoryNearFull", "cause", ("alerting.gpu_memory_ratio",), GPU,
              (("gpu", "memory_full"),), (("gpu", "memory_full"),)),
     Decision("LLMGPUThrottled", "cause",

@@ -44,6 +44,8 @@ PROBE = Level("probe", (*SOURCE, *metrics.PROBE_LABELS))
 MODEL = Level("model", (*SOURCE, *(x for x in metrics.ENGINE_SERIES_LABELS if x != "dp_rank")))
 PATH = Level("path", (*SOURCE, *metrics.PATH_LABELS))
 ROUTE = Level("route", (*SOURCE, *metrics.ROUTE_LABELS))
+# A carrier's real users (the clients check), the watched ports summed.
+CARRIER = Level("carrier", (*SOURCE, *metrics.CLIENTS_LABELS[:1]))
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,18 @@ PATH_LOSS = "path:llm_path_packets_lost_per_sent:ratio_rate5m"
 ROUTE_RANK = "route:llm_path_route_info:rank"
 
 
+# --- real users per carrier (the clients check) ------------------------------------------
+
+CLIENTS_RTT = Quantiles(
+    CARRIER, metrics.CLIENTS_RTT,
+    "carrier:llm_clients_rtt_seconds:p50_rate5m",
+    "carrier:llm_clients_rtt_seconds:p95_rate5m",
+    "carrier:llm_clients_rtt_seconds:p99_rate5m",
+)
+#: Segments retransmitted over segments sent to the carrier's real users.
+CLIENTS_RETRANSMISSION = "carrier:llm_clients_segments_retransmitted_per_sent:ratio_rate5m"
+
+
 # --- peak windows against off-peak -------------------------------------------------------
 
 PROBE_TTFT_PEAK = PeakSeries(
@@ -164,7 +178,14 @@ PATH_RTT_PEAK = PeakSeries(
     "path:llm_path_rtt_seconds:p95_rate5m_offpeak",
     "path:llm_path_rtt_seconds:p95_offpeak_baseline",
 )
-PEAK_HISTOGRAMS = (PROBE_TTFT_PEAK, PROBE_TPOT_PEAK, PATH_RTT_PEAK)
+CLIENTS_RTT_PEAK = PeakSeries(
+    CARRIER, metrics.CLIENTS_RTT,
+    "carrier:llm_clients_rtt_seconds:p95_rate5m_peak",
+    "carrier_le:llm_clients_rtt_seconds_bucket:rate5m_offpeak",
+    "carrier:llm_clients_rtt_seconds:p95_rate5m_offpeak",
+    "carrier:llm_clients_rtt_seconds:p95_offpeak_baseline",
+)
+PEAK_HISTOGRAMS = (PROBE_TTFT_PEAK, PROBE_TPOT_PEAK, PATH_RTT_PEAK, CLIENTS_RTT_PEAK)
 
 PATH_LOSS_PEAK = "path:llm_path_packets_lost_per_sent:ratio_rate5m_peak"
 PATH_LOSS_OFFPEAK = "path:llm_path_packets_lost_per_sent:ratio_rate5m_offpeak"
@@ -172,3 +193,7 @@ PATH_LOSS_BASELINE = "path:llm_path_packets_lost_per_sent:ratio_offpeak_baseline
 # Off-peak packet rates, summed over the baseline window for PATH_LOSS_BASELINE.
 PATH_SENT_OFFPEAK = "path:llm_path_packets_sent:rate5m_offpeak"
 PATH_RECEIVED_OFFPEAK = "path:llm_path_packets_received:rate5m_offpeak"
+CLIENTS_RETRANSMISSION_PEAK = (
+    "carrier:llm_clients_segments_retransmitted_per_sent:ratio_rate5m_peak")
+CLIENTS_RETRANSMISSION_OFFPEAK = (
+    "carrier:llm_clients_segments_retransmitted_per_sent:ratio_rate5m_offpeak")

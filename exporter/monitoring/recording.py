@@ -9,7 +9,7 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.metrics import ProbeOutcome
 from exporter.monitoring import names
-from exporter.monitoring.names import MODEL, PATH, PROBE, RATE, ROUTE, Quantiles
+from exporter.monitoring.names import CARRIER, MODEL, PATH, PROBE, RATE, ROUTE, Quantiles
 from exporter.monitoring.promql import (
     hist_quantile,
     loss,
@@ -103,6 +103,17 @@ def path_recording(config: Config) -> list[Rule]:
     return rules
 
 
+def clients_retransmission() -> str:
+    """Retransmitted over sent segments of a carrier's real users over RATE."""
+    return ratio(rate_sum(CARRIER, metrics.CLIENTS_SEGMENTS_RETRANSMITTED.name),
+                 rate_sum(CARRIER, metrics.CLIENTS_SEGMENTS_SENT.name))
+
+
+def clients_recording() -> list[Rule]:
+    return [record(names.CLIENTS_RETRANSMISSION, clients_retransmission()),
+            *quantile_rules(names.CLIENTS_RTT)]
+
+
 def peak_recording(config: Config) -> list[Rule]:
     """Per peak window: P95s and loss while the window is on; off-peak: the same while no
     window is on, plus gated bucket rates whose sum over the baseline window gives a true
@@ -147,6 +158,12 @@ def peak_recording(config: Config) -> list[Rule]:
         record(names.PATH_LOSS_OFFPEAK,
                loss(names.PATH_RECEIVED_OFFPEAK, names.PATH_SENT_OFFPEAK))
     )
+    # Not from CLIENTS_RETRANSMISSION, for the same reason.
+    retransmission = clients_retransmission()
+    rules += [record(names.CLIENTS_RETRANSMISSION_PEAK, f"{retransmission}\n{peak_gate(name)}",
+                     {"window": name}) for name in windows]
+    rules.append(record(names.CLIENTS_RETRANSMISSION_OFFPEAK,
+                        f"{retransmission}\n{offpeak_gate()}"))
     rules.append(
         record(
             names.PATH_LOSS_BASELINE,
@@ -162,6 +179,7 @@ def recording_groups(config: Config) -> list[dict[str, Any]]:
         group("llm-probe.rules", probe_recording(config)),
         group("llm-engine.rules", engine_recording()),
         group("llm-path.rules", path_recording(config)),
+        group("llm-clients.rules", clients_recording()),
     ]
     peak = peak_recording(config)
     if peak:

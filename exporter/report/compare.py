@@ -37,6 +37,8 @@ def flatten(report: Report) -> Flat:
                     out[f"{name} {cls}"] = (value, m.unit, True)
         for cls, ratio in c.loss_ratio.items():
             out[f"{where} packet loss {cls}"] = (ratio, "ratio", True)
+        for cls, ratio in c.retransmission_ratio.items():
+            out[f"{where} real users' retransmission {cls}"] = (ratio, "ratio", True)
     for o in report.outcomes:
         where = _where(o.vantage, f"probe {o.probe}")
         for cls, counts in o.by_class.items():

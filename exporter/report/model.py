@@ -50,12 +50,16 @@ class Metric(_Model):
 
 class Carrier(_Model):
     """Per carrier and vantage point: probe TTFT/TPOT (long-context probes excepted), path
-    RTT, jitter (RFC 3550) and loss (per burst), and the packet loss over each class."""
+    RTT, jitter (RFC 3550) and loss (per burst), the real users' smoothed RTT (the clients
+    check), the packet loss and the real users' retransmission ratio over each class."""
 
     vantage: str
     carrier: str
     metrics: list[Metric]
     loss_ratio: dict[str, float | None]
+    #: Segments retransmitted over segments sent to the carrier's real users ({} in a
+    #: report from before the clients check, so it still reads as a baseline).
+    retransmission_ratio: dict[str, float | None] = {}
 
 
 class RouteChange(_Model):

@@ -51,18 +51,28 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
     loss = col.samples(metrics.PATH_LOSS, CARRIER)
     sent = col.totals(metrics.PATH_PACKETS_SENT, CARRIER)
     received = col.totals(metrics.PATH_PACKETS_RECEIVED, CARRIER)
+    # Real users (the clients check), whether or not a probe or a path is on the carrier.
+    users_rtt = col.buckets(metrics.CLIENTS_RTT, CARRIER)
+    segments = col.totals(metrics.CLIENTS_SEGMENTS_SENT, CARRIER)
+    retransmitted = col.totals(metrics.CLIENTS_SEGMENTS_RETRANSMITTED, CARRIER)
+    # The check publishes every carrier's series (and other's) from its first run: a
+    # carrier is in the report once its users sent something.
+    users = {k for k, per in segments.items() if any(v > 0 for v in per.values())}
     out = []
-    for key in sorted({*ttft, *tpot, *rtt, *jitter, *loss}):
+    for key in sorted({*ttft, *tpot, *rtt, *jitter, *loss, *users}):
         lost = {c: stats.ratio(sent[key][c] - received.get(key, {}).get(c, 0.0), sent[key][c])
                 if c in sent.get(key, {}) else None for c in classes}
+        resent = {c: stats.ratio(retransmitted.get(key, {}).get(c, 0.0), segments[key][c])
+                  if c in segments.get(key, {}) else None for c in classes}
         out.append(Carrier(
-            vantage=key[0], carrier=key[1], loss_ratio=lost,
+            vantage=key[0], carrier=key[1], loss_ratio=lost, retransmission_ratio=resent,
             metrics=[
                 _hist("ttft", ttft, key, classes),
                 _hist("tpot", tpot, key, classes),
                 _hist("rtt", rtt, key, classes),
                 _gauge("jitter", "s", jitter, key, classes),
                 _gauge("loss", "ratio", loss, key, classes),
+                _hist("users_rtt", users_rtt, key, classes),
             ],
         ))
     return out

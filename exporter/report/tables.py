@@ -12,7 +12,8 @@ from exporter.report.model import Metric, Report
 #: Which of a Metric's quantiles the tables show.
 QS = ("p50", "p95", "p99")
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "rtt": "RTT", "jitter": "jitter (RFC 3550)",
-          "loss": "loss per burst", "queue_time": "queue time"}
+          "loss": "loss per burst", "queue_time": "queue time",
+          "users_rtt": "real users' RTT"}
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,10 @@ def _metric_header(first: str, r: Report) -> list[str]:
 def carriers(r: Report) -> Section:
     s = Section("carriers", "Per carrier: daytime and peak",
                 "P50/P95/P99 over each class of time: probe TTFT and TPOT (long-context "
-                "probes excepted), path RTT, jitter and loss per burst; Δ is the peak window "
-                "minus daytime. Packet loss is lost over sent packets in the class.",
+                "probes excepted), path RTT, jitter and loss per burst, and the real users' "
+                "smoothed RTT (the clients check); Δ is the peak window minus daytime. Packet "
+                "loss is lost over sent packets in the class; real users' retransmission is "
+                "segments retransmitted over segments sent to the carrier's users.",
                 plots=[f"carrier-{i}" for i in range(len(r.carriers))])
     for i, c in enumerate(r.carriers):
         t = Table(f"carrier {fmt.scope(c.vantage, c.carrier)}", _metric_header("metric", r))
@@ -81,6 +84,11 @@ def carriers(r: Report) -> Section:
         t.rows.append([Cell("packet loss"), Cell("all"), *(
             num(c.loss_ratio.get(cls), "ratio", fmt.pointer("carriers", i, "loss_ratio", cls))
             for cls in r.classes)])
+        if c.retransmission_ratio:
+            t.rows.append([Cell("real users' retransmission"), Cell("all"), *(
+                num(c.retransmission_ratio.get(cls), "ratio",
+                    fmt.pointer("carriers", i, "retransmission_ratio", cls))
+                for cls in r.classes)])
         s.tables.append(t)
     return s
 

@@ -6,7 +6,8 @@ at a chosen moment, so one short run sees both off-peak and peak time.
 
 :func:`loopback_config` is the config the tests against a real Prometheus give it (or the
 plain ``run`` command): the simulator as engine ``sim``, the ``chat`` probe on carrier
-``lab`` and a TCP path to the simulator, all on loopback.
+``lab`` and a TCP path to the simulator, all on loopback; :func:`loopback_clients` adds the
+clients check on the simulator's port.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import datetime as dt
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -55,6 +57,14 @@ def loopback_config(exporter: int, sim: int, *, peak: tuple[str, str] = ("20:00"
         **sections,
     }
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+def loopback_clients(sim: int, directory: Path) -> dict[str, Any]:
+    """A ``clients`` section watching the simulator's port, every loopback address carrier
+    ``lab``'s (its CIDR file written into ``directory``, beside the config): the probes' and
+    any load's connections to the simulator are then the lab carrier's real users."""
+    (directory / "lab.txt").write_text("127.0.0.0/8\n::1/128\n")
+    return {"interval": "1s", "ports": [sim], "carriers": {"lab": "lab.txt"}}
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,7 @@
 """A recorded hour of a small fleet, as the exporter's own samples at each tick: two probes
 (one long-context), two paths, a vLLM-like engine with two data-parallel ranks and two
-models, a Triton-like one (duration counters, no histograms), two GPUs and the check-run
-counters. The numbers are random but seeded, and shaped like the real thing: a peak
+models, a Triton-like one (duration counters, no histograms), two GPUs, real users of three
+carriers on one port (the clients check) and the check-run counters. The numbers are random but seeded, and shaped like the real thing: a peak
 window, a route change, an engine restart (its counters reset), an XID that appears mid
 window, stalls, rate limits and a throttle that holds for part of the window.
 
@@ -35,6 +35,10 @@ GPUS = (("0", "GPU-aa", "NVIDIA H200"), ("1", "GPU-bb", "NVIDIA H200"))
 VLLM = tuple(("main", "vllm", model, rank) for model in ("ds", "qwen") for rank in ("0", "1"))
 TRITON = ("triton", "triton", "ens", "")
 OUTCOMES = ("ok", "rate_limited", "timeout_total")
+#: Real users' carriers (the clients check on one port); mobile's retransmit in the first
+#: peak and its RTT rises in the second.
+CLIENTS = ("mobile", "telecom", metrics.CLIENTS_OTHER_CARRIER)
+CLIENT_PORT = "8000"
 CHECKS = ("probe/chat", "probe/long", "engine/main", "engine/triton", "gpu/nvml", "path/mobile")
 
 
@@ -241,6 +245,27 @@ def _gpu_tick(f: Fleet, minute: int, first: bool) -> list[RawSample]:
     return out
 
 
+def _clients_tick(f: Fleet, r: random.Random, minute: int) -> list[RawSample]:
+    out: list[RawSample] = []
+    for carrier in CLIENTS:
+        labels = dict(zip(metrics.CLIENTS_LABELS, (carrier, CLIENT_PORT), strict=True))
+        mobile = carrier == "mobile"
+        lossy = mobile and minute in PEAK_MINUTES[0]
+        slow = mobile and minute in PEAK_MINUTES[1]
+        connections = r.randint(20, 60)
+        sent = connections * r.randint(20, 40)
+        out.append((metrics.CLIENTS_CONNECTIONS.name, labels, float(connections)))
+        out.append(f.add(metrics.CLIENTS_SEGMENTS_SENT.name, labels, sent))
+        out.append(f.add(metrics.CLIENTS_SEGMENTS_RETRANSMITTED.name, labels,
+                         round(sent * r.uniform(0.03, 0.07) if lossy else
+                               sent * r.uniform(0, 0.004))))
+        h = f.hist(metrics.CLIENTS_RTT, labels)
+        for _ in range(connections // 4):
+            h.observe(r.lognormvariate(math.log(0.12 if slow else 0.04), 0.3))
+        out += h.samples(metrics.CLIENTS_RTT.name, labels)
+    return out
+
+
 def _check_tick(f: Fleet, minute: int) -> list[RawSample]:
     out: list[RawSample] = []
     for check in CHECKS:
@@ -257,6 +282,8 @@ def _check_tick(f: Fleet, minute: int) -> list[RawSample]:
 def ticks(start: float, seed: int = 20) -> Iterator[tuple[float, list[RawSample]]]:
     """One snapshot every INTERVAL from ``start`` for MINUTES minutes, inclusive."""
     f = Fleet(random.Random(seed))
+    # Its own stream, so the other layers' numbers stay what they were before it.
+    clients = random.Random(seed + 1)
     steps = int(MINUTES * 60 / INTERVAL)
     for i in range(steps + 1):
         at = start + i * INTERVAL
@@ -269,6 +296,7 @@ def ticks(start: float, seed: int = 20) -> Iterator[tuple[float, list[RawSample]
             (metrics.EXPORTER_PEAK_WINDOW.name, {"window": "evening"}, 1.0 if peak else 0.0),
             *_probe_tick(f, minute), *_path_tick(f, minute, first), *_engine_tick(f, minute),
             *_gpu_tick(f, minute, first), *_check_tick(f, minute),
+            *_clients_tick(f, clients, minute),
         ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from exporter import metrics
 from exporter.diagnosis.observations import EngineWindow, PathWindow, ProbeWindow
 from exporter.diagnosis.result import Evidence, Step, Symptom
+from exporter.diagnosis.steps import users
 from exporter.diagnosis.steps.base import (
     Context,
     Finding,
@@ -224,6 +225,8 @@ def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Findin
         # it at all (nothing could have shown the symptom), or where its numbers are over an
         # alert's line (the loss pages before users feel it: the network floor first).
         findings.extend(f for f in found if riders or not tagged or f.own)
+    # Real users per carrier (the clients check), beside the paths.
+    decided = users.evaluate(ctx, sick, findings, cleared, EXPLAINS, FAILS) or decided
     splits: list[Evidence] = []
     for ps in sick:
         found = _probe_findings(ctx, ps, cleared, splits)

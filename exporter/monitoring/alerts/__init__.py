@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.config.models import Config
+from exporter.monitoring.alerts.clients import clients_alerts
 from exporter.monitoring.alerts.diagnosis import diagnosis_alerts
 from exporter.monitoring.alerts.engine import engine_alerts
 from exporter.monitoring.alerts.exporter import exporter_alerts
@@ -25,6 +26,7 @@ def alert_groups(config: Config) -> list[dict[str, Any]]:
         ("llm-slo.alerts", slo_alerts(config)),
         ("llm-engine.alerts", engine_alerts(config)),
         ("llm-path.alerts", path_alerts(config)),
+        ("llm-clients.alerts", clients_alerts(config)),
         ("llm-peak.alerts", peak_alerts(config)),
         ("llm-gpu.alerts", gpu_alerts(config)),
         ("llm-exporter.alerts", exporter_alerts()),

@@ -40,6 +40,7 @@ def day_evening(config: Config) -> db.Dashboard:
             (names.PROBE_TTFT_PEAK, "P95 TTFT", ps, "{{probe}}"),
             (names.PROBE_TPOT_PEAK, "P95 TPOT", ps, "{{probe}}"),
             (names.PATH_RTT_PEAK, "P95 RTT", cs, "{{carrier}}/{{target}}"),
+            (names.CLIENTS_RTT_PEAK, "Real users' P95 RTT", cs, "{{carrier}}"),
         ):
             base = f"{legend} baseline"
             pairs += [
@@ -59,6 +60,12 @@ def day_evening(config: Config) -> db.Dashboard:
                [(f"{names.PATH_LOSS_OFFPEAK}{cs}", t),
                 (f"{names.PATH_LOSS_BASELINE}{cs}", f"{t} baseline")],
                lines=(f"{t} baseline",)),
+            ts("Real users' retransmission: peak windows", peak_note, "percentunit",
+               [(f"{names.CLIENTS_RETRANSMISSION_PEAK}{cs}", "{{carrier}} {{window}}")]),
+            ts("Real users' retransmission: off-peak",
+               "Only while no peak window is on: segments retransmitted over sent to the "
+               "carrier's real users.", "percentunit",
+               [(f"{names.CLIENTS_RETRANSMISSION_OFFPEAK}{cs}", "{{carrier}}")]),
         ]
         sections.append(Section("Peak windows vs off-peak, side by side", pairs))
     ago = f"${COMPARE} ago"
@@ -67,6 +74,8 @@ def day_evening(config: Config) -> db.Dashboard:
         (names.PROBE_TTFT.p95, ps, "{{probe}}", "P95 TTFT", "s"),
         (names.PATH_RTT.p95, cs, "{{carrier}}/{{target}}", "P95 RTT", "s"),
         (names.PATH_LOSS, cs, "{{carrier}}/{{target}}", "Packet loss", "percentunit"),
+        (names.CLIENTS_RETRANSMISSION, cs, "{{carrier}}", "Real users' retransmission",
+         "percentunit"),
     ]
     sections.append(Section("Now against a week (or a day) ago", [
         ts(f"{what}: now vs ${COMPARE} ago",

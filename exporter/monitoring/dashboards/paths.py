@@ -61,8 +61,27 @@ def paths(config: Config) -> db.Dashboard:
              f"(increase({metrics.PATH_ROUTE_CHANGES.name}{cs}[{RI}]))", f"{t} changes"),
             (f"max by (carrier, target) ({metrics.PATH_HOP_COUNT.name}{cs})", f"{t} hops")]),
     ])
+    u = "{{carrier}}"
+    users = Section("Real users (the clients check)", [
+        ts("Connections",
+           "Established TCP connections of real users on the watched ports, per carrier "
+           "(other: addresses in no carrier list).", "short",
+           [(f"sum by (carrier) ({metrics.CLIENTS_CONNECTIONS.name}{cs})", u),
+            (f"sum by (carrier) (rate({metrics.CLIENTS_OPENED.name}{cs}[{RI}]))",
+             f"{u} opened/s")], span=8),
+        ts("Retransmission",
+           f"Segments the server retransmitted over segments it sent to the carrier's users "
+           f"over {RATE}: loss as the users' own streams saw it. The line is the loss SLO "
+           f"({pct(slo.loss_ratio)}); LLMClientsRetransmissionHigh fires over it.",
+           "percentunit", [(f"{names.CLIENTS_RETRANSMISSION}{cs}", u)],
+           threshold=slo.loss_ratio, span=8),
+        ts("Smoothed RTT",
+           f"P50, P95 and P99 of the kernel's smoothed RTT of the users' connections that "
+           f"sent data, over {RATE}.", "s", quantiles(names.CLIENTS_RTT, cs, u), span=8),
+    ])
     return build_dashboard(
         "llm-paths", "LLM latency: network paths",
         "Per-carrier round trip, loss, jitter and route class from the GPU server back to "
-        "users.", ("instance", "carrier"), [rtt, quality, route],
+        "users, and the real users' own connections.", ("instance", "carrier"),
+        [rtt, quality, route, users],
     )

@@ -1,6 +1,7 @@
-"""One tile per probe, path, engine and GPU: the numbers the decision chain read over the
-diagnosis window (the current ``Observations``), each beside a sparkline of the same number
-over the last hour (``trends.Point``s), red where it is past the threshold the chain uses.
+"""One tile per probe, path, carrier of real users, engine and GPU: the numbers the
+decision chain read over the diagnosis window (the current ``Observations``), each beside a
+sparkline of the same number over the last hour (``trends.Point``s), red where it is past
+the threshold the chain uses.
 
 Each value carries its exact number in ``data-value`` (and its name in ``data-metric``), so
 a test or a script reads what the page shows without parsing the formatted text.
@@ -14,6 +15,7 @@ from typing import Any
 
 from exporter import metrics
 from exporter.diagnosis.observations import (
+    ClientWindow,
     EngineWindow,
     GpuWindow,
     Observations,
@@ -30,7 +32,7 @@ from exporter.runtime.page.spark import Series, sparkline
 MIN_AXIS = 300.0
 
 Show = Callable[[float | None], str]
-Item = ProbeWindow | PathWindow | EngineWindow | GpuWindow
+Item = ProbeWindow | PathWindow | ClientWindow | EngineWindow | GpuWindow
 #: What identifies one tile's item in every point's Observations.
 Key = tuple[str, ...]
 
@@ -53,6 +55,8 @@ def key_of(item: Item) -> Key:
         return ("probe", item.probe)
     if isinstance(item, PathWindow):
         return ("path", item.carrier, item.target)
+    if isinstance(item, ClientWindow):
+        return ("clients", item.carrier, item.site)
     if isinstance(item, EngineWindow):
         return ("engine", item.engine)
     return ("gpu", item.gpu)
@@ -61,6 +65,7 @@ def key_of(item: Item) -> Key:
 def _items(o: Observations) -> Iterator[Item]:
     yield from o.probes
     yield from o.paths
+    yield from o.clients
     yield from o.engines
     yield from o.gpus
 
@@ -107,6 +112,21 @@ def path_rows(w: PathWindow, th: Thresholds) -> list[Row]:
             text=f"{fmt.ratio(w.loss)} of {w.sent}"),
         Row("jitter", "jitter", lambda x: x.jitter, fmt.seconds, limit=th.jitter_seconds),
         Row("route_class", "route class", score, named, top=float(n), text=route),
+    ]
+
+
+def client_rows(c: ClientWindow, th: Thresholds) -> list[Row]:
+    # Judged only over enough segments, as the chain judges it: red under that is noise.
+    judged = c.sent >= th.clients_min_segments
+    rtt = fmt.seconds(c.rtt_mean)
+    if c.rtt_p95 is not None:
+        rtt += f" (P95 {fmt.seconds(c.rtt_p95)})"
+    return [
+        Row("connections", "connections", lambda x: x.connections, fmt.amount),
+        Row("retransmission", "retransmitted", lambda x: x.retransmission, fmt.ratio,
+            limit=th.loss_ratio if judged else None,
+            text=f"{fmt.ratio(c.retransmission)} of {c.sent}"),
+        Row("rtt", "RTT", lambda x: x.rtt_mean, fmt.seconds, text=rtt),
     ]
 
 
@@ -163,7 +183,8 @@ def _joined(*parts: str) -> str:
 
 
 def tiles(now: Observations, trend: Sequence[Point], th: Thresholds) -> str:
-    """The tiles of every layer, in the chain's order (probes, paths, engines, GPUs)."""
+    """The tiles of every layer, in the chain's order (probes, paths and real users,
+    engines, GPUs)."""
     axis = axis_of(now, trend)
     # Each point's items by key, once per render: a row's series is then one lookup a point.
     index = [(p.end, {key_of(x): x for x in _items(p.obs)}) for p in trend]
@@ -181,6 +202,9 @@ def tiles(now: Observations, trend: Sequence[Point], th: Thresholds) -> str:
         *(_tile("path", f"{w.carrier} → {w.target}", _joined(
             w.region, w.protocol, "peak" if w.in_peak else ""), rows(w, path_rows(w, th)))
           for w in now.paths),
+        *(_tile("clients", f"{c.carrier} users", _joined(
+            "real users", c.site, "peak" if c.in_peak else ""), rows(c, client_rows(c, th)))
+          for c in now.clients),
         *(_tile("engine", e.engine, up[e.up], rows(e, engine_rows(e, th)),
                 "down" if e.up is False else "") for e in now.engines),
         *(_tile("gpu", f"GPU {g.gpu}", g.name, rows(g, gpu_rows(g, th))) for g in now.gpus),

@@ -20,6 +20,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from exporter.config.load import load_config
 from exporter.config.values import format_duration
 from exporter.monitoring import findings, generate
 from tests.support.lab.base import NetRun
+from tests.support.lab.load import FILLER
 from tests.support.lab.scenario import (
     CARRIERS,
     DEFAULT_HOPS,
@@ -48,6 +50,7 @@ from tests.support.simulator import simulate_args
 from tests.support.vllm_server import ENV as VLLM_ENV
 from tests.support.vllm_server import MODEL_NAME as VLLM_MODEL
 from tests.support.vllm_server import START_TIMEOUT as VLLM_START_TIMEOUT
+from tests.support.vllm_server import chat as vllm_chat
 from tests.support.vllm_server import serve_args
 
 SIM_PORT = 8800
@@ -199,6 +202,26 @@ class LabRun(NetRun):
             return self.get(self.net.client, f"http://{SITE_ADDR}:{SIM_PORT}{ready}",
                             1)[0] == 200
         self.wait(up, timeout, what)
+        if s.engine.kind == "vllm":
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """A few requests before any scenario: a freshly started vLLM serves its first ones
+        slower, partly before its own clock starts (the API server's first chat template and
+        detokenizer), so a probe's first answer would be late by time the engine does not
+        count, and a healthy scenario read through Prometheus (whose 5m span reaches back to
+        the start) would hold it. One alone, then two at once (the batch of two)."""
+        base = f"http://{SITE_ADDR}:{SIM_PORT}"
+        prompt = " ".join([FILLER] * 200)
+
+        def one() -> None:
+            in_netns(self.net.client, lambda: vllm_chat(base, prompt, 16, ignore_eos=True))
+        try:
+            one()
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(lambda _: one(), range(2)))
+        except OSError as exc:
+            raise LabError(f"vllm: a warm-up request failed: {exc}") from None
 
     def start_watchers(self) -> None:
         """The exporter (with its config and the GPU state), Prometheus and the load."""

@@ -296,6 +296,17 @@ def test_scenario_files_load_cover_the_issue_and_fit_ci() -> None:
     ("description: x\nsettle: 1s\nexpect: [{layer: network, cause: slow}]\n",
      "expect[0] (line 3): unknown cause 'slow'"),
     ("- a\n", "a scenario is a mapping"),
+    ("description: x\nsettle: 1s\nengine: {kind: vllm}\nsimulator: {faults: {stall: 1}}\n"
+     "expect: []\n", "simulator (line 4): faults: simulator-only"),
+    ("description: x\nsettle: 1s\nengine: {kind: vllm}\nsimulator: {config: {max_num_seqs: 2}}\n"
+     "expect: []\n", "simulator (line 4): config: simulator-only"),
+    ("description: x\nsettle: 1s\nengine: {kind: vllm}\nload: {prompt_tokens: 2000}\nexpect: []\n",
+     "load (line 4): prompt_tokens 2000 + max_tokens 32 (+32 of chat template) exceed the tiny "
+     "model's --max-model-len 2048"),
+    ("description: x\nsettle: 1s\nengine: {kind: vllm, flags: {port: 1}}\nexpect: []\n",
+     "engine (line 3): set by the lab, not the scenario: port"),
+    ("description: x\nsettle: 1s\nengine: {flags: {max_num_seqs: 2}}\nexpect: []\n",
+     "engine (line 3): the simulator's launch options go in simulator.flags"),
 ])
 def test_a_bad_scenario_is_one_line_per_problem(tmp_path: Path, text: str, error: str) -> None:
     path = tmp_path / "bad.yaml"

@@ -41,6 +41,8 @@ ENV = {
     "VLLM_LOGGING_LEVEL": "WARNING",
 }
 START_TIMEOUT = 240.0
+#: The context window the tier serves the tiny model with (prompt plus answer).
+MAX_MODEL_LEN = 2048
 HOW = "make test-vllm (or: make vllm-env, then pytest -m vllm)"
 
 
@@ -86,15 +88,22 @@ class VllmServer:
         return self.proc.output()
 
 
+def serve_args(host: str, port: int, *flags: str) -> list[str]:
+    """The ``vllm serve`` command line of the tier (the tiny model, built first), the
+    test's ``flags`` last; run it with :data:`ENV` over the environment."""
+    model = build_model()
+    return [
+        str(PYTHON), str(ROOT / "tests/support/vllm_cli.py"), "serve", str(model),
+        "--served-model-name", MODEL_NAME, "--host", host, "--port", str(port),
+        "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN),
+        *flags,
+    ]
+
+
 def start_vllm(*flags: str) -> VllmServer:
     """``vllm serve`` on a free loopback port, returned once ``/v1/models`` answers."""
-    model = build_model()
     port = free_port()
-    args = [
-        str(PYTHON), str(ROOT / "tests/support/vllm_cli.py"), "serve", str(model),
-        "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "2048", *flags,
-    ]
+    args = serve_args("127.0.0.1", port, *flags)
     proc = Proc(args, env=ENV)
     server = VllmServer(proc, port)
     deadline = time.monotonic() + START_TIMEOUT

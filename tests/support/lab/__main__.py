@@ -18,6 +18,7 @@ from types import FrameType
 from tests.support.lab.runner import LabError, run_scenario
 from tests.support.lab.scenario import ScenarioError, load_scenario
 from tests.support.netlab import lab_unavailable
+from tests.support.vllm_server import missing as vllm_missing
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if (why := lab_unavailable()) is not None:
         print(f"error: the lab cannot run here: {why}", file=sys.stderr)
+        return 2
+    if scenario.engine.kind == "vllm" and (why := vllm_missing()) is not None:
+        print(f"error: the scenario's engine is the real vLLM: {why}", file=sys.stderr)
         return 2
     if args.source == "prometheus" and shutil.which("prometheus") is None:
         print("error: `prometheus` is not installed (Debian: prometheus)", file=sys.stderr)

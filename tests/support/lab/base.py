@@ -8,6 +8,7 @@ whatever happened (a failed start, Ctrl-C, SIGTERM).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -51,11 +52,14 @@ class NetRun:
         assert self.carrier_lab is not None, "the lab is not started"
         return self.carrier_lab
 
-    def spawn(self, ns: str, what: str, args: list[str]) -> subprocess.Popen[bytes]:
-        """``args`` in namespace ``ns``, its output in ``logs[what]``, stopped by close()."""
+    def spawn(self, ns: str, what: str, args: list[str],
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """``args`` in namespace ``ns`` (``env`` over the environment), its output in
+        ``logs[what]``, stopped by close()."""
         log = self.logs[what] = self.workdir / f"{what}.log"
         with log.open("wb") as out:
-            return self.net.spawn(ns, args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            return self.net.spawn(ns, args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **(env or {})})
 
     def get(self, ns: str, url: str, timeout: float = 10) -> tuple[int, str]:
         return in_netns(ns, lambda: http_get(url, timeout=timeout))

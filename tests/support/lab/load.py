@@ -1,6 +1,6 @@
-"""Background load on the simulator: other users' requests, bounded in count and time.
+"""Background load on the engine: other users' requests, bounded in count and time.
 
-    python -m tests.support.lab.load URL --phase SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY ...
+    python -m tests.support.lab.load URL [--model NAME] --phase SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY ...
 
 Phases run one after the other; in each, requests start at a fixed spacing of 1/RATE
 (open loop, so an engine past its capacity builds a queue, as real traffic does) while
@@ -36,11 +36,15 @@ def phase(text: str) -> Phase:
     return Phase(float(s), float(r), int(p), int(m), int(c))
 
 
-def body(n: int, p: Phase) -> bytes:
-    # The simulator counts a token per four characters of a word: "wxyz" is one token.
-    words = " ".join(["lore"] * max(0, p.prompt_tokens - 8))
+#: One token per word for both engines: the simulator counts a token per four characters
+#: of a word, and the tiny model's tokenizer (tests/support/tiny_model.py) has " that".
+FILLER = "that"
+
+
+def body(n: int, p: Phase, model: str) -> bytes:
+    words = " ".join([FILLER] * max(0, p.prompt_tokens - 8))
     return json.dumps({
-        "model": "simulated-model", "stream": True, "max_tokens": p.max_tokens,
+        "model": model, "stream": True, "max_tokens": p.max_tokens,
         "ignore_eos": True,
         "messages": [{"role": "user", "content": f"r{n} {words}"}],
     }).encode()
@@ -54,7 +58,7 @@ async def one(session: aiohttp.ClientSession, url: str, data: bytes) -> None:
                 pass
 
 
-async def run(url: str, phases: list[Phase]) -> int:
+async def run(url: str, phases: list[Phase], model: str) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -83,7 +87,7 @@ async def run(url: str, phases: list[Phase]) -> int:
                 async def request(n: int = sent, slot: asyncio.Semaphore = slots,
                                   ph: Phase = p) -> None:
                     try:
-                        await one(session, url, body(n, ph))
+                        await one(session, url, body(n, ph, model))
                     finally:
                         slot.release()
 
@@ -101,11 +105,12 @@ async def run(url: str, phases: list[Phase]) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("url")
+    ap.add_argument("--model", default="simulated-model", help="the model the engine serves")
     ap.add_argument("--phase", type=phase, action="append", required=True,
                     help="SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY")
     args = ap.parse_args(argv)
     phases = [p for p in args.phase if p.seconds > 0]
-    sent = asyncio.run(run(args.url, phases))
+    sent = asyncio.run(run(args.url, phases, args.model))
     print(f"sent {sent}", flush=True)
     return 0
 

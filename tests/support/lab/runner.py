@@ -1,6 +1,9 @@
-"""One scenario, end to end: the carrier lab, the simulator, background load, the real
+"""One scenario, end to end: the carrier lab, the engine (the simulator, or the real vLLM
+tier's ``vllm serve`` with the tiny model: ``engine.kind``), background load, the real
 exporter with the fake NVML (and Prometheus for that source); apply; wait; read the
-diagnosis; compare with ``expect``.
+diagnosis; compare with ``expect``. ``LabRun.rerun`` runs the next scenario on the same
+engine (one slow vLLM start for several scenarios): everything but the engine and the
+namespaces starts afresh, so no window, history or alert of one scenario reaches the next.
 
 Every process is started through the lab (its own process group, stopped by PID) and every
 namespace is deleted in ``LabRun.close()``, which runs on failure, on Ctrl-C and on SIGTERM
@@ -11,21 +14,26 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from exporter import metrics
+from exporter.checks.engine.table import rows_for_engine
 from exporter.config.load import load_config
 from exporter.config.values import format_duration
 from exporter.monitoring import findings, generate
 from tests.support.lab.base import NetRun
+from tests.support.lab.load import FILLER
 from tests.support.lab.scenario import (
     CARRIERS,
     DEFAULT_HOPS,
@@ -38,7 +46,13 @@ from tests.support.lab.topology import PROXY_PORT, SITE_ADDR, CarrierLab
 from tests.support.netlab import in_netns
 from tests.support.prometheus import command as prometheus_command
 from tests.support.prometheus import scrape_config
+from tests.support.samples import total
 from tests.support.simulator import simulate_args
+from tests.support.vllm_server import ENV as VLLM_ENV
+from tests.support.vllm_server import MODEL_NAME as VLLM_MODEL
+from tests.support.vllm_server import START_TIMEOUT as VLLM_START_TIMEOUT
+from tests.support.vllm_server import chat as vllm_chat
+from tests.support.vllm_server import serve_args
 
 SIM_PORT = 8800
 EXPORTER_PORT = 9400
@@ -51,7 +65,12 @@ SLO = {"ttft_p95_seconds": 1.0, "tpot_p95_seconds": 0.1}
 DIAGNOSIS_PATH = "/api/v1/diagnosis"
 #: The probes' timeouts unless a scenario's ``probes.timeouts`` changes them.
 PROBE_TIMEOUTS: dict[str, str | float] = {"connect": "2s", "first_token": "10s", "total": "20s"}
-
+#: The engine's name in the exporter config (the verdicts' ``engine`` scope) and the model
+#: it serves, by ``engine.kind``.
+ENGINE_NAMES = {"simulator": "sim", "vllm": "vllm"}
+MODELS = {"simulator": "simulated-model", "vllm": VLLM_MODEL}
+#: The real engine's niceness (``LabRun.start_engine`` says why).
+VLLM_NICE = 10
 
 
 class LabError(Exception):
@@ -70,9 +89,11 @@ def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetim
     timeouts: dict[str, str | float] = {
         **PROBE_TIMEOUTS, **{k: format_duration(v) for k, v in scenario.probes.timeouts.items()}}
     interval = scenario.probes.interval
-    probe = {"model": "simulated-model",
+    kind = scenario.engine.kind
+    probe = {"model": MODELS[kind],
              "interval": "1s" if interval is None else format_duration(interval),
-             "max_tokens": 16, "min_spacing": "100ms", "engine": "sim", "timeouts": timeouts}
+             "max_tokens": 16, "min_spacing": "100ms", "engine": ENGINE_NAMES[kind],
+             "timeouts": timeouts}
     probes = [{"name": "local", "url": f"http://{SITE_ADDR}:{SIM_PORT}/v1/chat/completions",
                **probe}]
     probes += [{"name": c, "url": f"http://{targets[c]}:{PROXY_PORT}/v1/chat/completions",
@@ -82,7 +103,7 @@ def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetim
         "server": {"listen_address": f"0.0.0.0:{EXPORTER_PORT}", "log_level": "warning"},
         "peak_windows": {"timezone": "UTC", "windows": {"evening": window}},
         "slo": {**SLO, **extra.get("slo", {})},
-        "engines": [{"name": "sim", "url": f"http://{SITE_ADDR}:{SIM_PORT}/metrics",
+        "engines": [{"name": ENGINE_NAMES[kind], "url": f"http://{SITE_ADDR}:{SIM_PORT}/metrics",
                      "type": "vllm", "interval": "1s", "timeout": "900ms"}],
         "probes": probes,
         "paths": {
@@ -95,6 +116,13 @@ def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetim
         **({"alerting": extra["alerting"]} if "alerting" in extra else {}),
         "diagnosis": {**DIAGNOSIS, **extra.get("diagnosis", {})},
     }
+
+
+def engine_total(text: str, family: metrics.Family, suffix: str = "") -> float:
+    """The sum over the series of one normalized family in a vLLM exposition (the
+    simulator's too: it renders vLLM's names), read under the name vLLM serves it as."""
+    [row] = [r for r in rows_for_engine("vllm") if r.target is family and not r.legacy]
+    return total(text, row.name + suffix)
 
 
 def _post(url: str, body: dict[str, Any]) -> None:
@@ -116,12 +144,28 @@ class LabRun(NetRun):
         self.scenario = scenario
         self.sources = sources
         self.sim: subprocess.Popen[bytes] | None = None
-        self.gpu_file = workdir / "gpu.json"
-        self.config_file = workdir / "config.yaml"
+        #: What starts afresh for each scenario: the exporter, Prometheus, the load.
+        self.watchers: list[subprocess.Popen[bytes]] = []
+        self.runs = 1
+
+    @property
+    def gpu_file(self) -> Path:
+        return self.workdir / "gpu.json"
+
+    @property
+    def config_file(self) -> Path:
+        return self.workdir / "config.yaml"
 
     def client_get(self, path: str, port: int = EXPORTER_PORT, timeout: float = 5) -> tuple[int, str]:
         """GET from inside the client namespace (where the exporter and Prometheus listen)."""
         return self.get(self.net.client, f"http://127.0.0.1:{port}{path}", timeout)
+
+    def engine_metrics(self) -> str:
+        """The engine's own exposition, read over the direct link as the engine check does."""
+        status, body = self.get(self.net.client, f"http://{SITE_ADDR}:{SIM_PORT}/metrics")
+        if status != 200:
+            raise LabError(f"the engine's /metrics: HTTP {status or 'no answer'}")
+        return body
 
     def sim_post(self, path: str, body: dict[str, Any]) -> None:
         in_netns(self.net.client, lambda: _post(f"http://{SITE_ADDR}:{SIM_PORT}{path}", body))
@@ -136,27 +180,74 @@ class LabRun(NetRun):
         for carrier in CARRIERS:
             self.net.set_route(carrier, list(DEFAULT_HOPS[carrier]))
             self.net.shape(carrier, self.first(carrier), s.seed)
-        flags = dict(s.simulator.flags)
-        self.sim = self.spawn(self.net.site, "simulator", [
-            sys.executable, "-m", "exporter",
-            *simulate_args(SIM_PORT, fmt="vllm", host="0.0.0.0", seed=s.seed, **flags)])
-        self.wait(lambda: self.get(self.net.client, f"http://{SITE_ADDR}:{SIM_PORT}/health",
-                                   1)[0] == 200, 20, "simulator")
+        self.start_engine()
+        self.start_watchers()
 
+    def start_engine(self) -> None:
+        """The simulator, or ``vllm serve`` (the tiny model), on SIM_PORT in the site
+        namespace; returned once it answers."""
+        s = self.scenario
+        if s.engine.kind == "simulator":
+            self.sim = self.spawn(self.net.site, "simulator", [
+                sys.executable, "-m", "exporter", *simulate_args(
+                    SIM_PORT, fmt="vllm", host="0.0.0.0", seed=s.seed, **s.simulator.flags)])
+            ready, what, timeout = "/health", "simulator", 20.0
+        else:
+            self.sim = self.spawn(self.net.site, "vllm", serve_args(
+                "0.0.0.0", SIM_PORT, *s.engine.serve_flags()), env=VLLM_ENV)
+            # Niced (its engine process, started later, inherits it): in a deployment the
+            # engine never shares a CPU with the carriers' network; here a saturated vLLM
+            # would delay the userspace ICMP responders and proxies, and the path check
+            # would see jitter no scenario injected.
+            os.setpriority(os.PRIO_PROCESS, self.sim.pid, VLLM_NICE)
+            ready, what, timeout = "/v1/models", "vllm", VLLM_START_TIMEOUT
+        proc = self.sim
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                log = self.logs[what].read_text(errors="replace")[-400:].strip()
+                raise LabError(f"{what} exited {proc.returncode} while starting (log: {log})")
+            return self.get(self.net.client, f"http://{SITE_ADDR}:{SIM_PORT}{ready}",
+                            1)[0] == 200
+        self.wait(up, timeout, what)
+        if s.engine.kind == "vllm":
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """A few requests before any scenario: a freshly started vLLM serves its first ones
+        slower, partly before its own clock starts (the API server's first chat template and
+        detokenizer), so a probe's first answer would be late by time the engine does not
+        count, and a healthy scenario read through Prometheus (whose 5m span reaches back to
+        the start) would hold it. One alone, then two at once (the batch of two)."""
+        base = f"http://{SITE_ADDR}:{SIM_PORT}"
+        prompt = " ".join([FILLER] * 200)
+
+        def one() -> None:
+            in_netns(self.net.client, lambda: vllm_chat(base, prompt, 16, ignore_eos=True))
+        try:
+            one()
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(lambda _: one(), range(2)))
+        except OSError as exc:
+            raise LabError(f"vllm: a warm-up request failed: {exc}") from None
+
+    def start_watchers(self) -> None:
+        """The exporter (with its config and the GPU state), Prometheus and the load."""
+        s = self.scenario
         targets = {c: self.net.carriers[c].target for c in CARRIERS}
         config = exporter_config(s, targets, dt.datetime.now(dt.UTC))
         self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         self.write_gpu(s.gpu if s.baseline == 0 else Gpu(count=s.gpu.count))
-        self.spawn(self.net.client, "exporter", [
+        self.watchers.append(self.spawn(self.net.client, "exporter", [
             sys.executable, "-m", "tests.support.lab.exporter_main",
-            str(self.config_file), str(self.gpu_file)])
+            str(self.config_file), str(self.gpu_file)]))
         if "prometheus" in self.sources:
             generated = self.workdir / "generated"
             generate.write(load_config(self.config_file), generated)
             prom = self.workdir / "prometheus.yml"
             prom.write_text(scrape_config(EXPORTER_PORT, generated / "rules"))
-            self.spawn(self.net.client, "prometheus", prometheus_command(
-                prom, self.workdir / "tsdb", f"127.0.0.1:{PROMETHEUS_PORT}"))
+            self.watchers.append(self.spawn(self.net.client, "prometheus", prometheus_command(
+                prom, self.workdir / "tsdb", f"127.0.0.1:{PROMETHEUS_PORT}")))
         self.wait(lambda: self.client_get("/metrics", timeout=1)[0] == 200, 30, "exporter")
         if "prometheus" in self.sources:
             self.wait(lambda: self.client_get("/-/ready", PROMETHEUS_PORT, 1)[0] == 200, 30,
@@ -166,11 +257,44 @@ class LabRun(NetRun):
         if s.baseline > 0:
             phases.append((s.baseline, BASELINE_LOAD))
         phases.append((s.settle + 30, s.load))  # outlasts the read, never the run
-        self.spawn(self.net.site, "load", [
+        self.watchers.append(self.spawn(self.net.site, "load", [
             sys.executable, "-m", "tests.support.lab.load",
             f"http://127.0.0.1:{SIM_PORT}/v1/chat/completions",
+            f"--model={MODELS[s.engine.kind]}",
             *(f"--phase={sec}:{p.rate}:{p.prompt_tokens}:{p.max_tokens}:{p.concurrency}"
-              for sec, p in phases)])
+              for sec, p in phases)]))
+
+    def rerun(self, scenario: Scenario, idle_timeout: float = 120) -> None:
+        """Make the lab ``scenario``'s, on the engine already running (started again if a
+        scenario stopped it): stop the exporter, Prometheus and the load, wait until the
+        engine has nothing running or waiting, put the carriers back to the new scenario's
+        start, and start the rest afresh in a folder of its own (a fresh TSDB, so no alert
+        of the last scenario is pending in this one)."""
+        if scenario.engine != self.scenario.engine:
+            raise LabError(f"rerun needs the same engine: {scenario.engine} is not "
+                           f"{self.scenario.engine}")
+        for proc in self.watchers:
+            self.net.lab.stop(proc)
+        self.watchers.clear()
+        previous, self.scenario = self.scenario, scenario
+        self.runs += 1
+        self.workdir = self.workdir.parent / f"{self.workdir.name.split('.')[0]}.{self.runs}"
+        self.workdir.mkdir()
+        for carrier in CARRIERS:
+            if previous.path(carrier).hops is not None:
+                self.net.set_route(carrier, list(DEFAULT_HOPS[carrier]))
+            if self.net.carriers[carrier].path != self.first(carrier):
+                self.net.shape(carrier, self.first(carrier), scenario.seed)
+        if self.sim is None or self.sim.poll() is not None:
+            self.start_engine()
+        else:
+            self.wait(self.engine_idle, idle_timeout, "load")
+        self.start_watchers()
+
+    def engine_idle(self) -> bool:
+        text = self.engine_metrics()
+        return (engine_total(text, metrics.ENGINE_REQUESTS_RUNNING)
+                + engine_total(text, metrics.ENGINE_REQUESTS_WAITING)) == 0
 
     def first(self, carrier: str) -> CarrierPath:
         """A carrier's shape from the start: the scenario's without a baseline phase."""

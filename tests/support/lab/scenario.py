@@ -2,6 +2,11 @@
 expects. Loaded with the exporter's own YAML reader, so every problem in a file is one line
 naming the file, the key and its line.
 
+The engine is the simulator unless ``engine: {kind: vllm}`` puts the real vLLM tier's
+server (tests/support/vllm_server.py, the tiny model) in its place; the simulator's run-time
+knobs (``simulator.flags``, ``faults``, ``config``) do not exist there and are refused,
+``simulator.down`` (stop the engine) works on both.
+
 Timeline of a run: everything starts healthy (default paths, the lab's default load, no
 faults; ``simulator.flags`` apply from the start because they are fixed at launch); after
 ``baseline`` the scenario is applied (faults, engine config, load, paths, hops, GPU; or the
@@ -15,13 +20,14 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from exporter import metrics
 from exporter.checks.path.routes import RouteTable, load_table
 from exporter.config.values import Duration, Ratio, StrictModel
 from exporter.config.yamlfile import ConfigError, compose_named, validate
 from exporter.diagnosis.result import CAUSES, SCOPE_KEYS
+from tests.support.vllm_server import MAX_MODEL_LEN
 
 #: The lab's carriers, in the order their namespaces and addresses are made.
 CARRIERS = ("mobile", "unicom", "telecom")
@@ -97,6 +103,42 @@ class Simulator(StrictModel):
         except FaultError as exc:
             raise ValueError("; ".join(exc.messages)) from None
         return v
+
+
+#: What the tiny model's chat template and the load generator's request number add to a
+#: prompt of ``prompt_tokens`` (measured: 22; the margin keeps a request inside the window).
+CHAT_OVERHEAD_TOKENS = 32
+#: ``vllm serve`` options the lab sets (address, port, the model and its window).
+VLLM_LAB_FLAGS = frozenset(("host", "port", "model", "served_model_name", "max_model_len"))
+
+
+class Engine(StrictModel):
+    """Which engine stands at the site: the simulator, or the real ``vllm serve``."""
+
+    kind: Literal["simulator", "vllm"] = "simulator"
+    #: ``vllm serve`` options by name (max_num_seqs: 2 -> --max-num-seqs 2), at launch.
+    flags: dict[str, float | int | str | bool] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _flags(self) -> Engine:
+        if self.kind == "simulator" and self.flags:
+            raise ValueError("the simulator's launch options go in simulator.flags; "
+                             "engine.flags are vllm serve's (kind: vllm)")
+        taken = VLLM_LAB_FLAGS & set(self.flags)
+        if taken:
+            raise ValueError(f"set by the lab, not the scenario: {', '.join(sorted(taken))}")
+        return self
+
+    def serve_flags(self) -> list[str]:
+        """The flags as ``vllm serve`` arguments (True: the bare option; False: left out)."""
+        out: list[str] = []
+        for name, value in self.flags.items():
+            option = "--" + name.replace("_", "-")
+            if value is True:
+                out.append(option)
+            elif value is not False:
+                out += [option, str(value)]
+        return out
 
 
 class Load(StrictModel):
@@ -187,6 +229,7 @@ class Scenario(StrictModel):
     settle: Duration
     #: The sources that can see this scenario (both read the same run).
     sources: list[Literal["exporter", "prometheus"]] = Field(default_factory=lambda: list(SOURCES))
+    engine: Engine = Engine()
     simulator: Simulator = Simulator()
     load: Load = Load()
     paths: dict[Literal["mobile", "unicom", "telecom"], CarrierPath] = Field(default_factory=dict)
@@ -197,6 +240,30 @@ class Scenario(StrictModel):
         default_factory=dict)
     #: Primary verdict first, then the secondary ones in chain order; [] means healthy.
     expect: list[Expected]
+
+    @field_validator("simulator")
+    @classmethod
+    def _simulator_knobs(cls, v: Simulator, info: ValidationInfo) -> Simulator:
+        engine = info.data.get("engine")
+        only = [k for k in ("flags", "faults", "config") if getattr(v, k)]
+        if engine is not None and engine.kind == "vllm" and only:
+            raise ValueError(
+                f"{', '.join(only)}: simulator-only (knobs the real vLLM has no endpoint or "
+                "option for); with engine.kind vllm only simulator.down (stop the engine) "
+                "applies, and vllm serve's options go in engine.flags")
+        return v
+
+    @field_validator("load")
+    @classmethod
+    def _fits_the_model(cls, v: Load, info: ValidationInfo) -> Load:
+        engine = info.data.get("engine")
+        need = v.prompt_tokens + v.max_tokens + CHAT_OVERHEAD_TOKENS
+        if engine is not None and engine.kind == "vllm" and need > MAX_MODEL_LEN:
+            raise ValueError(
+                f"prompt_tokens {v.prompt_tokens} + max_tokens {v.max_tokens} (+"
+                f"{CHAT_OVERHEAD_TOKENS} of chat template) exceed the tiny model's "
+                f"--max-model-len {MAX_MODEL_LEN}")
+        return v
 
     @model_validator(mode="after")
     def _bounded(self) -> Scenario:

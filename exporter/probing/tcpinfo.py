@@ -22,6 +22,7 @@ What a probe reads and why:
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import weakref
@@ -180,7 +181,10 @@ class Connections:
         self._last: weakref.WeakKeyDictionary[object, TcpInfo] = weakref.WeakKeyDictionary()
 
     def remember(self, key: object, info: TcpInfo) -> None:
-        self._last[key] = info
+        # A key that takes no weak reference is not remembered: its next request then
+        # counts from its own start (begin reads the socket), never from a stale reading.
+        with contextlib.suppress(TypeError):
+            self._last[key] = info
 
     def begin(self, key: object, sock: _Socket | None, new: bool) -> Watch | None:
         """Start watching a request on the connection ``key`` (its socket ``sock``)."""

@@ -13,20 +13,17 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from aiohttp import web
 
-from exporter.checks.probe import check as probe
-from exporter.checks.probe.check import ProbeCheck, ProbeFailed
-from exporter.config.load import parse_config
-from exporter.probing.server_timing import tolerance
+from exporter.checks.probe.check import ProbeCheck
 from exporter.simulator.engine_config import EngineConfig
 from tests.support.procs import free_port
 from tests.support.samples import published
 from tests.support.simulator import Simulator, running_simulator
+from tests.support.split import TTFT_PARTS, Parts, assert_sums_to_ttft, run, value
+from tests.support.split import make_probe as _make_probe
 
 MODEL = "simulated-model"
-PARTS = ("network_frontend", "queue", "prefill")
 
 
 @pytest.fixture(scope="module")
@@ -50,53 +47,8 @@ def _config(sim: Simulator, **changes: Any) -> None:
         assert resp.status == 200
 
 
-def make_probe(url: str, **over: Any) -> ProbeCheck:
-    entry = {"name": "p", "url": url, "model": MODEL, "max_tokens": 8, "min_spacing": "1ms",
-             **over}
-    [check] = probe.build(parse_config(yaml.safe_dump({"probes": [entry]})))
-    assert isinstance(check, ProbeCheck)
-    return check
-
-
-def value(check: ProbeCheck, name: str, **labels: str) -> float:
-    key = (name, tuple(sorted({**check.series_labels, **labels}.items())))
-    return published(check).get(key, 0.0)
-
-
-class Parts:
-    """The split of each run, read back from the published histograms as /metrics has them."""
-
-    def __init__(self, check: ProbeCheck) -> None:
-        self.check = check
-        self.last = self._sums()
-
-    def _sums(self) -> dict[str, float]:
-        v = lambda name, **kw: value(self.check, name, **kw)  # noqa: E731
-        out = {part: v("llm_probe_server_timing_seconds_sum", part=part)
-               for part in (*PARTS, "decode")}
-        out["ttft"] = v("llm_probe_time_to_first_token_seconds_sum")
-        return out
-
-    def run_delta(self) -> dict[str, float]:
-        now = self._sums()
-        delta = {k: now[k] - self.last[k] for k in now}
-        self.last = now
-        return delta
-
-
-async def run(check: ProbeCheck) -> None:
-    try:
-        await check.run()
-    except ProbeFailed as exc:
-        raise AssertionError(str(exc)) from None
-
-
-def assert_sums_to_ttft(d: dict[str, float]) -> None:
-    """The acceptance of issue 22: network + frontend + queue + prefill equals the client
-    TTFT within max(5 ms, 5%)."""
-    parts = sum(d[p] for p in PARTS)
-    assert d["ttft"] > 0
-    assert abs(parts - d["ttft"]) <= tolerance(d["ttft"]), (parts, d)
+def make_probe(url: str) -> ProbeCheck:
+    return _make_probe(url, MODEL)
 
 
 async def test_every_probe_splits_and_the_parts_land_where_the_time_went(
@@ -123,7 +75,7 @@ async def test_every_probe_splits_and_the_parts_land_where_the_time_went(
     assert value(check, "llm_probe_server_split_total", split="exact") == 4
     assert value(check, "llm_probe_server_split_total", split="absent") == 0
     assert value(check, "llm_probe_server_split_total", split="inconsistent") == 0
-    for part in (*PARTS, "decode"):
+    for part in (*TTFT_PARTS, "decode"):
         assert value(check, "llm_probe_server_timing_seconds_count", part=part) == 4
 
 

@@ -4,7 +4,7 @@ believed: a bad network disguises itself as a slow model."""
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.diagnosis.observations import PathWindow, ProbeWindow
+from exporter.diagnosis.observations import EngineWindow, PathWindow, ProbeWindow
 from exporter.diagnosis.result import Evidence, Step, Symptom
 from exporter.diagnosis.steps.base import (
     Context,
@@ -169,14 +169,84 @@ def _probe_findings(ctx: Context, ps: ProbeSymptoms, cleared: list[Evidence],
                 f"{secs(p.itl_p99 or 0)}) while {engine.engine}'s inter-token P95 is "
                 f"{secs(engine.itl_p95)}", [e, *ps.evidence], 0.8,
                 EXPLAINS["stream_stalls"], (ps,), fails=FAILS))
-    # Client TTFT minus the engine's own: the network and gateway's part. A big share is
-    # evidence for this step; a small one clears the network for this probe.
-    if engine is not None and engine.ttft_p95 is not None and p.ttft_p95 and engine.up:
-        gap = max(0.0, p.ttft_p95 - engine.ttft_p95)
-        e = ctx.ev(metrics.PROBE_TTFT.name, gap, {**labels, "part": "client_minus_engine"},
-                   th.client_network_share * p.ttft_p95, engine.ttft_p95)
+    # The TTFT's part between client and engine (the network, a gateway, the engine's HTTP
+    # server). A big share is evidence for this step; a small one clears the network for
+    # this probe.
+    outside = _outside_engine(ctx, p, engine)
+    if outside is not None and p.ttft_p95:
+        gap, e = outside
         (splits if gap > th.client_network_share * p.ttft_p95 else cleared).append(e)
     return out
+
+
+def _outside_engine(ctx: Context, p: ProbeWindow, engine: EngineWindow | None
+                    ) -> tuple[float, Evidence] | None:
+    """Exact where the engine timed the probe's own requests: the network_frontend share
+    of those TTFTs (``split=exact`` on the evidence), applied to the TTFT P95. Else the
+    client's TTFT P95 minus the engine's (``part=client_minus_engine``): two distributions
+    of different requests subtracted."""
+    th, labels = ctx.th, probe_labels(p)
+    if not p.ttft_p95:
+        return None
+    line = th.client_network_share * p.ttft_p95
+    if p.exact_splits and p.network_frontend_share is not None:
+        gap = p.network_frontend_share * p.ttft_p95
+        return gap, ctx.ev(metrics.PROBE_SERVER_TIMING.name, gap,
+                           {**labels, "part": metrics.ServerPart.NETWORK_FRONTEND.value,
+                            "split": metrics.ServerSplit.EXACT.value}, line)
+    if engine is not None and engine.ttft_p95 is not None and engine.up:
+        gap = max(0.0, p.ttft_p95 - engine.ttft_p95)
+        return gap, ctx.ev(metrics.PROBE_TTFT.name, gap,
+                           {**labels, "part": "client_minus_engine"}, line, engine.ttft_p95)
+    return None
+
+
+#: Evidence names of the stream's own loss (TCP_INFO of the probe's connections).
+STREAM_LOSS = (
+    (metrics.TcpSegments.RETRANSMITTED, metrics.TcpSegments.SENT),
+    (metrics.TcpSegments.OUT_OF_ORDER, metrics.TcpSegments.RECEIVED),
+)
+
+
+def _stream_loss(ctx: Context, ps: ProbeSymptoms, findings: list[Finding],
+                 cleared: list[Evidence]) -> Finding | None:
+    """The probe's own stream lost packets: its connection retransmitted, or the server's
+    segments arrived out of order, over the loss line. Network evidence for its carrier
+    whatever ICMP to the carrier says (carriers rate-limit echoes): it joins a loss finding
+    that already claims the probe, or is one of its own."""
+    th, p = ctx.th, ps.probe
+    evidence: list[Evidence] = []
+    worst = 0.0
+    for (part, whole), ratio in zip(STREAM_LOSS, (p.tcp_retransmit_ratio,
+                                                  p.tcp_out_of_order_ratio), strict=True):
+        if ratio is None:
+            continue
+        e = ctx.ev(metrics.PROBE_TCP_SEGMENTS.name, ratio,
+                   {**probe_labels(p), "segments": f"{part.value}/{whole.value}"},
+                   th.loss_ratio)
+        if ratio > th.loss_ratio:
+            evidence.append(e)
+            worst = max(worst, ratio)
+        else:
+            cleared.append(e)
+    if not evidence:
+        return None
+    for f in findings:
+        if f.cause in ("packet_loss", "peak_congestion") and ps in f.probes:
+            f.evidence.extend(evidence)
+            return None
+    where = f" on {p.carrier}" if p.carrier else ""
+    # The carrier's ICMP loss under its line, beside it: what the stream contradicts.
+    evidence += [e for e in cleared if e.metric == metrics.PATH_LOSS.name and p.carrier
+                 and e.labels.get("carrier") == p.carrier]
+    return Finding(
+        "network", "packet_loss", probe_scope(p),
+        f"The {p.probe} probe's TCP stream{where} loses packets: "
+        + ", ".join(f"{e.labels['segments']} {pct(e.value)}" for e in evidence
+                    if e.metric == metrics.PROBE_TCP_SEGMENTS.name)
+        + f" (threshold {pct(th.loss_ratio)})",
+        evidence, strength(worst, th.loss_ratio, 0.7), EXPLAINS["packet_loss"], (ps,),
+        fails=FAILS)
 
 
 def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Finding],
@@ -203,6 +273,9 @@ def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Findin
     splits: list[Evidence] = []
     for ps in sick:
         found = _probe_findings(ctx, ps, cleared, splits)
+        stream = _stream_loss(ctx, ps, findings, cleared)
+        if stream is not None:
+            found.append(stream)
         decided = decided or bool(found) or bool(splits) or bool(cleared)
         findings.extend(found)
     return conclude("network", findings, cleared + splits, decided), findings, splits

@@ -91,3 +91,27 @@ def test_without_an_exact_split_the_subtraction_is_used_and_named() -> None:
     d = diagnose(obs)
     [v] = [v for v in d.verdicts if v.scope.get("probe") == "chat"]
     assert "(its TTFT P95 less the engine's)" in v.summary, render(d)
+
+
+def test_the_exact_queue_share_of_a_probes_ttft_decides_queueing() -> None:
+    """The engine-wide share (6 s of 951 s) is low, but the slow probe's own requests spent
+    70% of their first token queued, by the engine's own timing of them: queueing, and the
+    evidence and headline say it was the exact split."""
+    obs = with_probe(healthy(), "chat", ttft_p95=1.8, exact_splits=20,
+                     network_frontend_share=0.05, queue_share=0.7)
+    d = diagnose(obs)
+    v = d.verdicts[0]
+    assert (v.layer, v.cause) == ("engine", "queueing"), render(d)
+    assert "70% of the linked probes' TTFT queued (the engine's own timing of them)" in v.summary
+    [e] = [e for e in v.evidence if e.labels.get("split") == "exact"]
+    assert e.labels["part"] == "queue" and e.labels["probe"] == "chat" and e.value == 0.7
+
+
+def test_a_small_exact_queue_share_clears_queueing() -> None:
+    obs = with_probe(healthy(), "chat", ttft_p95=1.8, exact_splits=20,
+                     network_frontend_share=0.05, queue_share=0.02)
+    d = diagnose(obs)
+    assert all(v.cause != "queueing" for v in d.verdicts), render(d)
+    engine_step = next(s for s in d.steps if s.step == "engine")
+    assert engine_step.result == "ruled_out"
+    assert [e.value for e in engine_step.evidence if e.labels.get("split") == "exact"] == [0.02]

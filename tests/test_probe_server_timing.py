@@ -15,8 +15,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from exporter.checks.probe import check as probe
 from exporter.checks.probe.check import ProbeCheck
+from exporter.config.load import parse_config
 from exporter.simulator.engine_config import EngineConfig
+from tests.support import ROOT
 from tests.support.procs import free_port
 from tests.support.samples import published
 from tests.support.simulator import Simulator, running_simulator
@@ -217,3 +220,12 @@ async def test_a_timing_longer_than_the_wait_is_inconsistent_not_a_split(
     assert value(check, "llm_probe_server_split_total", split="inconsistent") == 1
     assert value(check, "llm_probe_server_timing_seconds_count", part="queue") == 0
     assert value(other, "llm_probe_server_split_total", split="absent") == 1
+
+
+def test_docs_example_config_parses() -> None:
+    """The probe config of docs/probes.md's section on the split is copy-pasteable."""
+    doc = (ROOT / "docs" / "probes.md").read_text(encoding="utf-8")
+    section = doc.partition("## The engine's own timing and the kernel's view")[2]
+    example = section.partition("```yaml\n")[2].partition("```")[0]
+    [check] = probe.build(parse_config(example, "docs/probes.md"))
+    assert check.name == "probe/chat"

@@ -8,6 +8,7 @@ from exporter import metrics
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.result import Diagnosis, Evidence
 from exporter.diagnosis.text import render
+from exporter.monitoring import findings
 from tests.support.observations import healthy, with_engine, with_path, with_probe
 
 SEGMENTS = metrics.PROBE_TCP_SEGMENTS.name
@@ -115,3 +116,22 @@ def test_a_small_exact_queue_share_clears_queueing() -> None:
     engine_step = next(s for s in d.steps if s.step == "engine")
     assert engine_step.result == "ruled_out"
     assert [e.value for e in engine_step.evidence if e.labels.get("split") == "exact"] == [0.02]
+
+
+def test_stream_loss_nobody_feels_yet_is_named_as_its_alert_would_page() -> None:
+    """LLMProbeStreamPacketLoss's condition on a probe within its SLO: the chain reports the
+    same cause (degraded), one answer with the alert."""
+    obs = with_probe(healthy(), "chat-unicom", tcp_out_of_order_ratio=0.05)
+    d = diagnose(obs)
+    assert d.status == "degraded", render(d)
+    [v] = d.verdicts
+    assert (v.layer, v.cause) == ("network", "packet_loss")
+    assert v.scope["carrier"] == "unicom" and v.scope["probe"] == "chat-unicom"
+    alert = {"alertname": "LLMProbeStreamPacketLoss", "probe": "chat-unicom",
+             "carrier": "unicom"}
+    verdict = {"layer": v.layer, "cause": v.cause, "scope": dict(v.scope)}
+    assert findings.unmatched([alert], [verdict]) == []
+    # And a path's loss verdict on the same carrier explains the stream's alert too.
+    path_verdict = {"layer": "network", "cause": "packet_loss",
+                    "scope": {"carrier": "unicom", "target": "gpu-sh"}}
+    assert findings.explains(path_verdict, alert)

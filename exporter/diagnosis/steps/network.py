@@ -208,13 +208,15 @@ STREAM_LOSS = (
 )
 
 
-def _stream_loss(ctx: Context, ps: ProbeSymptoms, findings: list[Finding],
-                 cleared: list[Evidence]) -> Finding | None:
+def _stream_loss(ctx: Context, p: ProbeWindow, ps: ProbeSymptoms | None,
+                 findings: list[Finding], cleared: list[Evidence]) -> Finding | None:
     """The probe's own stream lost packets: its connection retransmitted, or the server's
-    segments arrived out of order, over the loss line. Network evidence for its carrier
-    whatever ICMP to the carrier says (carriers rate-limit echoes): it joins a loss finding
-    that already claims the probe, or is one of its own."""
-    th, p = ctx.th, ps.probe
+    segments arrived out of order, over the loss line (LLMProbeStreamPacketLoss's
+    condition). Network evidence for its carrier whatever ICMP to the carrier says
+    (carriers rate-limit echoes): it joins a loss finding on the probe's carrier, or is one
+    of its own, over the line whether or not the probe's users feel it yet. ``ps``: the
+    probe's symptoms, when it has any (then a clean stream is evidence that clears)."""
+    th = ctx.th
     evidence: list[Evidence] = []
     worst = 0.0
     for (part, whole), ratio in zip(STREAM_LOSS, (p.tcp_retransmit_ratio,
@@ -227,13 +229,17 @@ def _stream_loss(ctx: Context, ps: ProbeSymptoms, findings: list[Finding],
         if ratio > th.loss_ratio:
             evidence.append(e)
             worst = max(worst, ratio)
-        else:
+        elif ps is not None:
             cleared.append(e)
     if not evidence:
         return None
+    riders = (ps,) if ps is not None else ()
     for f in findings:
-        if f.cause in ("packet_loss", "peak_congestion") and ps in f.probes:
+        if f.cause in ("packet_loss", "peak_congestion") and p.carrier and \
+                f.scope.get("carrier") == p.carrier and \
+                _same(p.vantage, f.scope.get("vantage", "")):
             f.evidence.extend(evidence)
+            f.probes = (*f.probes, *(r for r in riders if r not in f.probes))
             return None
     where = f" on {p.carrier}" if p.carrier else ""
     # The carrier's ICMP loss under its line, beside it: what the stream contradicts.
@@ -245,8 +251,8 @@ def _stream_loss(ctx: Context, ps: ProbeSymptoms, findings: list[Finding],
         + ", ".join(f"{e.labels['segments']} {pct(e.value)}" for e in evidence
                     if e.metric == metrics.PROBE_TCP_SEGMENTS.name)
         + f" (threshold {pct(th.loss_ratio)})",
-        evidence, strength(worst, th.loss_ratio, 0.7), EXPLAINS["packet_loss"], (ps,),
-        fails=FAILS)
+        evidence, strength(worst, th.loss_ratio, 0.7), EXPLAINS["packet_loss"], riders,
+        unobserved=not riders, own=True, fails=FAILS)
 
 
 def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Finding],
@@ -273,9 +279,13 @@ def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Findin
     splits: list[Evidence] = []
     for ps in sick:
         found = _probe_findings(ctx, ps, cleared, splits)
-        stream = _stream_loss(ctx, ps, findings, cleared)
-        if stream is not None:
-            found.append(stream)
         decided = decided or bool(found) or bool(splits) or bool(cleared)
         findings.extend(found)
+    # By identity: a fleet's probes share names across vantage points.
+    symptoms = {id(ps.probe): ps for ps in sick}
+    for p in ctx.obs.probes:
+        stream = _stream_loss(ctx, p, symptoms.get(id(p)), findings, cleared)
+        if stream is not None:
+            decided = True
+            findings.append(stream)
     return conclude("network", findings, cleared + splits, decided), findings, splits

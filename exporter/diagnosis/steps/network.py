@@ -201,7 +201,7 @@ def _outside_engine(ctx: Context, p: ProbeWindow, engine: EngineWindow | None
     return None
 
 
-#: Evidence names of the stream's own loss (TCP_INFO of the probe's connections).
+#: (lost, of what) segment counts of the stream's own loss (TCP_INFO of its connections).
 STREAM_LOSS = (
     (metrics.TcpSegments.RETRANSMITTED, metrics.TcpSegments.SENT),
     (metrics.TcpSegments.OUT_OF_ORDER, metrics.TcpSegments.RECEIVED),

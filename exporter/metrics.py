@@ -570,6 +570,109 @@ PROBE_LAST_SUCCESS = _def(
     section="probe",
 )
 
+
+
+# The engine's own clock on each probe (exporter/probing/server_timing.py): spans from a
+# loopback network share (well under a millisecond) to a long decode.
+PROBE_SERVER_TIMING_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, *_steps(0.002, 60), 120.0, 300.0)
+
+
+class ServerPart(StrEnum):
+    """Bounded values of ``part`` on PROBE_SERVER_TIMING: the client's TTFT is
+    network_frontend + queue + prefill exactly; decode follows the first token."""
+
+    NETWORK_FRONTEND = "network_frontend"
+    QUEUE = "queue"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class ServerSplit(StrEnum):
+    """Bounded values of ``split`` on PROBE_SERVER_SPLIT: whether an ok probe's TTFT could be
+    split by the engine's own timing of it."""
+
+    EXACT = "exact"
+    #: The response carried no usable timing (the engine does not offer it, or it is off).
+    ABSENT = "absent"
+    #: The engine's queue + prefill exceeded the client's TTFT by more than the tolerance.
+    INCONSISTENT = "inconsistent"
+
+
+PROBE_SERVER_TIMING = _def(
+    "llm_probe_server_timing_seconds",
+    Kind.HISTOGRAM,
+    "Each ok probe's TTFT split by the engine's own timing of that request (vLLM "
+    "--enable-per-request-metrics, NIM per-request stats): queue (waiting to be scheduled), "
+    "prefill (scheduled to first token), network_frontend (the rest of the client's TTFT: "
+    "network both ways plus the HTTP server, tokenizer and detokenizer), and decode (first "
+    "to last token, engine side). Only probes with split=exact.",
+    (*PROBE_LABELS, "part"),
+    PROBE_SERVER_TIMING_BUCKETS,
+    section="probe",
+)
+PROBE_SERVER_SPLIT = _def(
+    "llm_probe_server_split_total",
+    Kind.COUNTER,
+    "ok probes by whether their TTFT split exactly by the engine's timing: exact, absent (no "
+    "timing in the response), inconsistent (engine queue + prefill above the client TTFT by "
+    "more than max(5 ms, 5%)).",
+    (*PROBE_LABELS, "split"),
+    section="probe",
+)
+
+# Kernel RTTs of probe connections: from loopback (tens of microseconds) to a satellite hop.
+PROBE_TCP_RTT_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, *_steps(0.001, 2), 5.0)
+
+
+class TcpSegments(StrEnum):
+    """Bounded values of ``segments`` on PROBE_TCP_SEGMENTS (exporter/probing/tcpinfo.py)."""
+
+    SENT = "sent"
+    RETRANSMITTED = "retransmitted"
+    RECEIVED = "received"
+    OUT_OF_ORDER = "out_of_order"
+
+
+PROBE_TCP_RTT = _def(
+    "llm_probe_tcp_rtt_seconds",
+    Kind.HISTOGRAM,
+    "The kernel's smoothed RTT of the probe's connection (TCP_INFO tcpi_rtt) at the end of "
+    "each request that got a response: the network as the stream's own packets saw it.",
+    PROBE_LABELS,
+    PROBE_TCP_RTT_BUCKETS,
+    section="probe",
+)
+PROBE_TCP_RTTVAR = _def(
+    "llm_probe_tcp_rttvar_seconds",
+    Kind.HISTOGRAM,
+    "The kernel's RTT variation of the probe's connection (tcpi_rttvar, the mean deviation "
+    "RFC 6298 keeps beside the smoothed RTT) at the end of each request.",
+    PROBE_LABELS,
+    PROBE_TCP_RTT_BUCKETS,
+    section="probe",
+)
+PROBE_TCP_MIN_RTT = _def(
+    "llm_probe_tcp_min_rtt_seconds",
+    Kind.HISTOGRAM,
+    "The lowest RTT the kernel saw on the probe's connection (tcpi_min_rtt, Linux 4.6+) at "
+    "the end of each request: the path's floor, without queueing.",
+    PROBE_LABELS,
+    PROBE_TCP_RTT_BUCKETS,
+    section="probe",
+)
+PROBE_TCP_SEGMENTS = _def(
+    "llm_probe_tcp_segments_total",
+    Kind.COUNTER,
+    "TCP segments of probe connections during requests (TCP_INFO deltas; a reused "
+    "connection from the end of its previous request): sent (tcpi_segs_out) and "
+    "retransmitted (tcpi_total_retrans) by the probe, received (data segments, "
+    "tcpi_data_segs_in) and out_of_order (tcpi_rcv_ooopack: what a lost segment of the "
+    "server's stream looks like from the client). retransmitted/sent and "
+    "out_of_order/received are the ratios.",
+    (*PROBE_LABELS, "segments"),
+    section="probe",
+)
+
 # --- engine ---------------------------------------------------------------------------
 # One normalized schema over vLLM, trtllm-serve, Triton and SGLang; the source of each
 # family per engine is the data table in exporter/checks/engine/table.py. Data series carry

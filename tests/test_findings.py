@@ -198,7 +198,8 @@ def test_one_answer_maps_alerts_onto_verdicts_both_ways() -> None:
     # A verdict of a paging cause without its alert, an alert no verdict explains.
     assert one_answer([queue, *ttft], doc) == [
         "verdict network/packet_loss {'carrier': 'mobile', 'target': 'gpu-sh'} has no "
-        "LLMPathPacketLoss or LLMClientsRetransmissionHigh pending or firing"]
+        "LLMPathPacketLoss or LLMProbeStreamPacketLoss or LLMClientsRetransmissionHigh pending "
+        "or firing"]
     other = _alert("LLMPathPacketLoss", carrier="unicom", target="gpu-sh")
     assert one_answer([loss, queue, other, *ttft], doc) == [
         "alert LLMPathPacketLoss{'carrier': 'unicom', 'target': 'gpu-sh'} is explained by "

@@ -26,11 +26,14 @@ from exporter import metrics
 from exporter.checks.engine.table import SOURCES
 from exporter.config.load import parse_config
 from exporter.runtime.app import App
+from exporter.simulator.openai import per_request_metrics
 from tests.support import ROOT
 from tests.support.engine_fixtures import assert_same, expected_samples
 from tests.support.families import diff, family_set
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
 from tests.support.samples import exposed_samples, total
+from tests.support.split import Parts, assert_sums_to_ttft, make_probe, value
+from tests.support.split import run as run_probe
 from tests.support.tiers import needs
 from tests.support.vllm_server import (
     ENV,
@@ -57,7 +60,8 @@ def vllm() -> Iterator[VllmServer]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and the real-vLLM tier cannot run: {reason}", pytrace=False)
         pytest.skip(reason)
-    server = start_vllm("--max-num-seqs", str(MAX_NUM_SEQS))
+    # Per-request metrics on: every response carries vLLM's own timing (issue 22's split).
+    server = start_vllm("--max-num-seqs", str(MAX_NUM_SEQS), "--enable-per-request-metrics")
     try:
         yield server
     finally:
@@ -214,6 +218,41 @@ def test_probe_against_the_real_server(vllm: VllmServer, tmp_path: Path) -> None
     assert total(body, name) == total(body, name, outcome="ok"), body
     assert total(body, metrics.PROBE_OUTPUT_TOKENS.name) > 0
     assert total(body, f"{metrics.PROBE_TTFT.name}_count") >= 3
+
+
+def test_usage_chunk_carries_the_metrics_the_simulator_imitates(vllm: VllmServer) -> None:
+    """vLLM's per-request metrics as the probe reads them: on the usage chunk, the fields of
+    the simulator's imitation, in milliseconds of this request's scale."""
+    usage = chat(vllm.base, "the sea", 6, ignore_eos=True)[-1]
+    timing = usage["metrics"]
+    assert isinstance(timing, dict), usage
+    imitation = per_request_metrics(1.0, 1.5, 2.0, 3.0, 6)
+    assert set(timing) == set(imitation), timing
+    assert 0 <= timing["queue_time_ms"] < 10_000 and 0 < timing["time_to_first_token_ms"] < 10_000
+
+
+async def test_every_probe_splits_exactly(vllm: VllmServer) -> None:
+    """Issue 22's acceptance against the real engine: every probe request has a server
+    split, and network + frontend + queue + prefill equals the client TTFT within
+    max(5 ms, 5%)."""
+    check = make_probe(f"{vllm.base}/v1/chat/completions", vllm.model, max_tokens=16)
+    parts = Parts(check)
+    runs = 6
+    shares = []
+    try:
+        for _ in range(runs):
+            await run_probe(check)
+            d = parts.run_delta()
+            assert_sums_to_ttft(d)
+            shares.append(d)
+    finally:
+        await check.close()
+    assert value(check, metrics.PROBE_SERVER_SPLIT.name, split="exact") == runs
+    for d in shares:
+        print("TTFT {ttft:.4f}s = network_frontend {network_frontend:.4f} + queue "
+              "{queue:.4f} + prefill {prefill:.4f}; decode {decode:.4f}".format(**d))
+        # Each part is there: the engine spends time in every one, the frontend included.
+        assert d["network_frontend"] > 0 and d["prefill"] > 0 and d["decode"] > 0, d
 
 
 # --- bench beside `vllm bench serve` ------------------------------------------------------

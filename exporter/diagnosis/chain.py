@@ -204,9 +204,11 @@ def _no_data(ctx: Context, sick: list[ProbeSymptoms], steps: tuple[Step, ...],
             why.append(f"failing checks: {', '.join(sorted(failing))}")
         split = [e for e in splits if e.labels.get("probe") == p.probe]
         if split and not why:
+            how = ("the engine's own timing of its requests" if "split" in split[0].labels
+                   else "its TTFT P95 less the engine's")
             why.append(f"{split[0].value:.3g} s of its TTFT is spent between client and "
                        "engine (network or gateway), yet no path check names a network "
-                       "cause" + (f" on {p.carrier}" if p.carrier else ""))
+                       "cause" + (f" on {p.carrier}" if p.carrier else "") + f" ({how})")
         if blind and not why:
             why.append(f"no data for the {', '.join(blind)} step(s)")
         if not why:

@@ -23,6 +23,9 @@ WINDOW_FAMILIES: tuple[metrics.Family, ...] = (
     metrics.PROBE_STALL,
     metrics.PROBE_PHASE,
     metrics.PROBE_PROMPT_TOKENS,
+    metrics.PROBE_SERVER_TIMING,
+    metrics.PROBE_SERVER_SPLIT,
+    metrics.PROBE_TCP_SEGMENTS,
     metrics.ENGINE_UP,
     metrics.ENGINE_REQUESTS_RUNNING,
     metrics.ENGINE_REQUESTS_WAITING,
@@ -89,7 +92,8 @@ def _monotonic(family: metrics.Family) -> bool:
 
 #: Histograms no window reads the buckets of: the chain reads the path RTT's mean only, and
 #: at 1000 path targets its buckets would be 27k of every snapshot's values (> MAX_VALUES).
-MEAN_ONLY = (metrics.PATH_RTT,)
+#: The exact split's parts likewise: the chain reads their sums (shares of the TTFT).
+MEAN_ONLY = (metrics.PATH_RTT, metrics.PROBE_SERVER_TIMING)
 #: sample name -> (monotonic, counts from zero on first appearance)
 KINDS: dict[str, tuple[bool, bool]] = {
     name: (_monotonic(f), f.section != "engine")

@@ -129,6 +129,22 @@ def clock_events(values: By, config: Config) -> tuple[str, ...]:
     return tuple(sorted(k[0] for k, v in values.items() if v > share))
 
 
+_PART = metrics.PROBE_SERVER_TIMING.labels[-1]
+_SPLIT = metrics.PROBE_SERVER_SPLIT.labels[-1]
+_SEGMENTS = metrics.PROBE_TCP_SEGMENTS.labels[-1]
+#: The exact split's parts of the TTFT; their sum over the window is those TTFTs' sum.
+_TTFT_PARTS = tuple(p.value for p in (metrics.ServerPart.NETWORK_FRONTEND,
+                                      metrics.ServerPart.QUEUE, metrics.ServerPart.PREFILL))
+
+
+def _part(*parts: str) -> Increase:
+    return Increase(_sum(metrics.PROBE_SERVER_TIMING), match=((_PART, parts),))
+
+
+def _segments(kind: metrics.TcpSegments) -> Increase:
+    return Increase(metrics.PROBE_TCP_SEGMENTS.name, match=((_SEGMENTS, kind.value),))
+
+
 _REQUESTS = Increase(metrics.PROBE_REQUESTS.name)
 _OK = Increase(metrics.PROBE_REQUESTS.name, match=((_OUTCOME, metrics.ProbeOutcome.OK.value),))
 _PROMPT = Increase(metrics.PROBE_PROMPT_TOKENS.name)
@@ -154,6 +170,17 @@ PROBE_TABLE: tuple[Observable, ...] = (
     Observable("tpot_p95_baseline", PROBE, Baseline(
         Quantile(0.95, metrics.PROBE_TPOT), names.PROBE_TPOT_PEAK.baseline)),
     Observable("prompt_tokens_baseline", PROBE, Baseline(Ratio(_PROMPT, _OK))),
+    Observable("exact_splits", PROBE, Increase(
+        metrics.PROBE_SERVER_SPLIT.name, match=((_SPLIT, metrics.ServerSplit.EXACT.value),)),
+        count),
+    Observable("network_frontend_share", PROBE, Ratio(
+        _part(metrics.ServerPart.NETWORK_FRONTEND.value), _part(*_TTFT_PARTS))),
+    Observable("queue_share", PROBE, Ratio(
+        _part(metrics.ServerPart.QUEUE.value), _part(*_TTFT_PARTS))),
+    Observable("tcp_retransmit_ratio", PROBE, Ratio(
+        _segments(metrics.TcpSegments.RETRANSMITTED), _segments(metrics.TcpSegments.SENT))),
+    Observable("tcp_out_of_order_ratio", PROBE, Ratio(
+        _segments(metrics.TcpSegments.OUT_OF_ORDER), _segments(metrics.TcpSegments.RECEIVED))),
 )
 
 _SENT = Increase(metrics.PATH_PACKETS_SENT.name)

@@ -53,6 +53,16 @@ class ProbeWindow:
     slo_tpot: float = 0.1
     #: Client timeout of the whole request, to tell timeouts set too short.
     timeout_total: float | None = None
+    #: ok requests whose TTFT the engine's own timing split exactly (llm_probe_server_*),
+    #: and the shares of those TTFTs outside the engine (network and frontend) and queued
+    #: in it: the exact split, which the chain prefers to subtracting distributions.
+    exact_splits: int = 0
+    network_frontend_share: float | None = None
+    queue_share: float | None = None
+    #: The kernel's view of the probe's connections: retransmitted / sent segments, and
+    #: out-of-order / received data segments (what loss of the server's stream looks like).
+    tcp_retransmit_ratio: float | None = None
+    tcp_out_of_order_ratio: float | None = None
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,12 @@ DECISIONS: tuple[Decision, ...] = (
     Decision("LLMPathPacketLoss", "cause", ("slo.loss_ratio",), PATH,
              (("network", "packet_loss"), ("network", "peak_congestion")),
              (("network", "packet_loss"),)),
+    # The probe's own TCP stream (TCP_INFO): loss on its carrier though ICMP may be clean;
+    # a loss verdict on the carrier explains it, and a probe-scoped one needs it.
+    Decision("LLMProbeStreamPacketLoss", "cause", ("slo.loss_ratio",),
+             (*PROBE, ("carrier", "carrier")),
+             (("network", "packet_loss"), ("network", "peak_congestion")),
+             (("network", "packet_loss"),)),
     Decision("LLMPathJitterHigh", "cause", ("slo.jitter_seconds",), PATH,
              (("network", "jitter"),), (("network", "jitter"),)),
     Decision("LLMPathRouteDegraded", "cause", ("alerting.route_class_order",), PATH,

@@ -24,6 +24,7 @@ from exporter import redact
 from exporter.metrics import ProbeOutcome
 from exporter.probing.request import RequestResult, RequestSpec, Timeouts
 from exporter.probing.stream import StreamReader, StreamResult
+from exporter.probing.tcpinfo import Connections, TcpDelta, Watch
 from exporter.probing.timing import (
     CURRENT,
     Arrivals,
@@ -119,6 +120,7 @@ class Client:
         self._error_body_bytes = error_body_bytes
         self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | None = None
+        self._connections = Connections()
 
     async def _get_session(self, url: str) -> aiohttp.ClientSession:
         if self._session is None:
@@ -157,6 +159,7 @@ class Client:
         outcome: ProbeOutcome | None = None
         detail = ""
         error_body: bytes | None = None
+        tcp: TcpDelta | None = None
         deadline, _ = tr.deadline()
         try:
             async with asyncio.timeout_at(deadline) as cm:
@@ -170,17 +173,26 @@ class Client:
                 ) as resp:
                     tr.headers_at = time.monotonic()
                     status = resp.status
-                    if not 200 <= status < 300:
-                        outcome, detail = _status_outcome(status), f"HTTP {status}"
-                        if status in (429, 503):
-                            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                        if 300 <= status < 400:
-                            detail += " redirect (not followed)"
-                        if self._error_body_bytes:
-                            error_body = await _read_prefix(resp, self._error_body_bytes)
-                    else:
-                        reader = StreamReader(start=tr.ready or tr.issued)
-                        outcome, detail = await self._read(resp, reader, tr)
+                    watch = self._watch(resp, tr)
+                    try:
+                        if not 200 <= status < 300:
+                            outcome, detail = _status_outcome(status), f"HTTP {status}"
+                            if status in (429, 503):
+                                retry_after = parse_retry_after(
+                                    resp.headers.get("Retry-After"))
+                            if 300 <= status < 400:
+                                detail += " redirect (not followed)"
+                            if self._error_body_bytes:
+                                error_body = await _read_prefix(resp, self._error_body_bytes)
+                        else:
+                            reader = StreamReader(start=tr.ready or tr.issued)
+                            outcome, detail = await self._read(resp, reader, tr, watch)
+                    finally:
+                        # Still inside the response: the socket is this request's and open,
+                        # even when the request failed (a stream that timed out while
+                        # retransmitting is the news).
+                        if watch is not None:
+                            tcp = watch.end()
         except TimeoutError:
             if reader is not None and reader.finished:
                 outcome = None  # the stream had ended; only the drain ran late
@@ -224,14 +236,25 @@ class Client:
             detail=redact.text(detail)[:_DETAIL_MAX],
             retry_after=retry_after,
             error_body=error_body,
+            tcp=tcp,
         )
 
+    def _watch(self, resp: aiohttp.ClientResponse, tr: Tracker) -> Watch | None:
+        """Start reading the kernel's statistics of the response's connection."""
+        conn = resp.connection
+        transport = conn.transport if conn is not None else None
+        if conn is None or transport is None:
+            return None
+        sock = transport.get_extra_info("socket")  # the TCP socket under TLS too
+        return self._connections.begin(conn.protocol, sock, new=tr.connection != "reused")
+
     async def _read(
-        self, resp: aiohttp.ClientResponse, reader: StreamReader, tr: Tracker
+        self, resp: aiohttp.ClientResponse, reader: StreamReader, tr: Tracker,
+        watch: Watch | None,
     ) -> tuple[ProbeOutcome | None, str]:
         """Read the body into ``reader``; (None, "") lets the stream decide the outcome."""
         content = resp.content
-        arrivals = Arrivals.install(resp)
+        arrivals = Arrivals.install(resp, watch.mark if watch is not None else None)
         total = 0
         try:
             while True:

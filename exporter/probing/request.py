@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 from exporter import __version__
 from exporter.metrics import ProbeOutcome
 from exporter.probing.stream import StreamResult
+from exporter.probing.tcpinfo import TcpDelta
 
 Api = Literal["chat", "completions"]
 Connection = Literal["new", "reused"]
@@ -101,6 +102,10 @@ class RequestResult:
     #: The first bytes of a non-2xx response body, only for a client built with
     #: ``error_body_bytes`` (bench shows the server's message; probes never keep it).
     error_body: bytes | None = None
+    #: What the kernel's TCP_INFO of the connection saw during the request: from the end
+    #: of the previous request on a reused connection, from the handshake on a new one, to
+    #: the end of the body. None without a response, or off Linux.
+    tcp: TcpDelta | None = None
 
     @property
     def ok(self) -> bool:

@@ -37,6 +37,9 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 _SSE_FIELDS = frozenset({"event", "data", "id", "retry"})
 #: Bound on what the reader keeps of a server's error identifiers (they become log text).
 _DETAIL_MAX = 120
+#: Top-level keys of a chunk that carry the engine's per-request timing: vLLM's
+#: ``--enable-per-request-metrics`` and NIM's ``NIM_PER_REQ_METRICS_ENABLE``.
+SERVER_TIMING_KEYS = ("metrics", "stats")
 
 
 def _nonempty_str(value: Any) -> bool:
@@ -60,6 +63,9 @@ class StreamResult:
     #: Why the stream could not be parsed; set, the stream is a protocol error.
     protocol_error: str | None = None
     bytes_read: int = 0
+    #: The engine's own timing of the request, as sent (vLLM's ``metrics`` object, NIM's
+    #: ``stats``), from the usage chunk; read by :mod:`exporter.probing.server_timing`.
+    server_timing: dict[str, Any] | None = None
 
     # --- the definitions in the module docstring ------------------------------------
     @property
@@ -284,6 +290,10 @@ class StreamReader:
         if isinstance(usage, dict):
             # With continuous usage stats every chunk carries running totals: last one wins.
             self.result.usage = usage
+        for key in SERVER_TIMING_KEYS:
+            timing = obj.get(key)
+            if isinstance(timing, dict):
+                self.result.server_timing = {key: timing}
         choices = obj.get("choices")
         if choices is None:
             return

@@ -15,7 +15,7 @@ import collections
 import contextvars
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -183,7 +183,11 @@ class Arrivals:
         self.marks: collections.deque[tuple[int, float]] = collections.deque()
 
     @classmethod
-    def install(cls, resp: aiohttp.ClientResponse) -> Arrivals | None:
+    def install(
+        cls, resp: aiohttp.ClientResponse, on_eof: Callable[[], None] | None = None
+    ) -> Arrivals | None:
+        """Wrap the connection's ``data_received``; ``on_eof`` runs inside the callback that
+        ends the body (when aiohttp releases the connection to its pool)."""
         conn = resp.connection
         proto = conn.protocol if conn is not None else None
         content = resp.content
@@ -197,6 +201,8 @@ class Arrivals:
             now = time.monotonic()
             original(data)
             marks.append((content.total_bytes, now))
+            if on_eof is not None and content.is_eof():
+                on_eof()
 
         vars(proto)["data_received"] = data_received
         return arrivals

@@ -21,6 +21,7 @@ from exporter.simulator.openai import (
     Usage,
     error_body,
     parse,
+    per_request_metrics,
     sse,
 )
 from exporter.simulator.replies import dumps, error_reply, json_reply
@@ -87,6 +88,8 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
         ),
         arrival=arrival,
     )
+    if f.frontend_delay > 0:
+        await asyncio.sleep(f.frontend_delay)
     engine = sim.route(model)
     engine.submit(seq)
     try:
@@ -146,6 +149,16 @@ def _usage(seq: Sequence, reasoning_tokens: int) -> Usage:
     )
 
 
+def _metrics(request: web.Request, seq: Sequence) -> dict[str, float] | None:
+    """vLLM's per-request metrics of ``seq``, when the simulator was started with them."""
+    if not request.app[SIM].settings.per_request_metrics:
+        return None
+    return per_request_metrics(
+        seq.queued_ts, seq.scheduled_ts, seq.first_token_ts, seq.last_token_ts,
+        len(seq.output),
+    )
+
+
 def _cut(request: web.Request) -> None:
     """Drop the connection without finishing the response (a proxy or server dying)."""
     if request.transport is not None:
@@ -186,7 +199,8 @@ async def _stream(
         sent += len(event.tokens)
         if event.finish_reason is not None:
             if req.include_usage:
-                await resp.write(sse(out.usage_chunk(_usage(seq, split.total))))
+                await resp.write(sse(out.usage_chunk(_usage(seq, split.total),
+                                                     _metrics(request, seq))))
             break
         if sent >= f.mid_stream_after:
             if plan.disconnect:
@@ -248,7 +262,7 @@ async def _respond(
     else:
         assert finish is not None
         body = out.final("".join(split.content), "".join(split.reasoning), finish,
-                         _usage(seq, split.total))
+                         _usage(seq, split.total), _metrics(request, seq))
         status = 200
     text = dumps(body)
     if plan.malformed and status == 200:

@@ -96,6 +96,9 @@ def register(add: AddParser) -> None:
                    help="mean natural answer length in tokens (default: %(default)s)")
     g.add_argument("--no-prefix-caching", action="store_true",
                    help="recompute every prompt in full")
+    p.add_argument("--enable-per-request-metrics", action="store_true",
+                   help="as vLLM's flag: each response (a stream's usage chunk) carries a "
+                   "metrics object with the request's queue, prefill and decode times")
     p.add_argument("--fault", action="append", default=[], metavar="KEY=VALUE",
                    help="start with this fault set (see the list below); repeatable")
     p.add_argument("--log-format", choices=("logfmt", "json"), default="logfmt")
@@ -132,6 +135,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         seed=args.seed,
         engine=engine,
         faults=faults,
+        per_request_metrics=args.enable_per_request_metrics,
     )
     errors.extend(settings.problems())
     if errors:

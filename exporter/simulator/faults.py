@@ -40,6 +40,9 @@ DESCRIPTIONS: dict[str, str] = {
     "responses) after this many idle seconds, e.g. while queued; 0 = off",
     "tokens_per_chunk": "tokens each decode step yields per sequence (like speculative "
     "decoding), so one SSE chunk carries several tokens",
+    "frontend_delay": "seconds the HTTP server spends on each request before the engine "
+    "queues it (tokenizing, templating): in the client's TTFT, outside the engine's queue "
+    "and prefill",
     "metrics_error_rate": "fraction of metrics scrapes answered HTTP 500 (an engine whose "
     "metrics endpoint breaks while it keeps serving, or a monitoring-side outage)",
     "dp_pin_rate": "fraction of requests the data-parallel router sends to each model's "
@@ -73,6 +76,7 @@ class Faults:
     tokens_per_chunk: int = 1
     metrics_error_rate: float = 0.0
     dp_pin_rate: float = 0.0
+    frontend_delay: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return dataclasses.asdict(self)

@@ -160,6 +160,26 @@ class Usage:
         return out
 
 
+def per_request_metrics(
+    queued: float | None, scheduled: float | None, first: float | None, last: float | None,
+    tokens: int,
+) -> dict[str, float]:
+    """vLLM's ``metrics`` object (``build_per_request_timing_metrics`` of vLLM 0.32): each
+    field from its engine timestamps, left out where one is missing (vLLM drops None)."""
+    out: dict[str, float] = {}
+    if scheduled and first:
+        out["time_to_first_token_ms"] = (first - scheduled) * 1000
+    if first and last:
+        out["generation_time_ms"] = (last - first) * 1000
+    if queued and scheduled:
+        out["queue_time_ms"] = (scheduled - queued) * 1000
+    if first and last and tokens > 1:
+        out["mean_itl_ms"] = (last - first) / (tokens - 1) * 1000
+    if scheduled and last and last > scheduled:
+        out["tokens_per_second"] = tokens / (last - scheduled)
+    return out
+
+
 class Responses:
     """Builds one request's chunks and final objects."""
 
@@ -209,11 +229,25 @@ class Responses:
             {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         )
 
-    def usage_chunk(self, usage: Usage) -> dict[str, Any]:
+    def usage_chunk(
+        self, usage: Usage, metrics: dict[str, float] | None = None
+    ) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.api == "chat" else "text_completion"
-        return {**self._head(obj), "choices": [], "usage": usage.as_dict()}
+        out = {**self._head(obj), "choices": [], "usage": usage.as_dict()}
+        if metrics is not None:
+            out["metrics"] = metrics
+        return out
 
     def final(
+        self, content: str, reasoning: str, finish_reason: str, usage: Usage,
+        metrics: dict[str, float] | None = None,
+    ) -> dict[str, Any]:
+        out = self._final(content, reasoning, finish_reason, usage)
+        if metrics is not None:
+            out["metrics"] = metrics
+        return out
+
+    def _final(
         self, content: str, reasoning: str, finish_reason: str, usage: Usage
     ) -> dict[str, Any]:
         if self.api == "completions":

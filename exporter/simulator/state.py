@@ -30,6 +30,9 @@ class Settings:
     seed: int = 0
     engine: EngineConfig = field(default_factory=EngineConfig)
     faults: Faults = field(default_factory=Faults)
+    #: vLLM's --enable-per-request-metrics: a ``metrics`` object on every final response
+    #: and stream usage chunk.
+    per_request_metrics: bool = False
 
     def problems(self) -> list[str]:
         out = self.engine.problems()

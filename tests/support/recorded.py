@@ -75,6 +75,9 @@ class Histogram:
 @dataclass
 class Fleet:
     rng: random.Random
+    #: Draws for the families added after the fleet was first recorded, so those before
+    #: keep their numbers.
+    later: random.Random = field(default_factory=lambda: random.Random(22))
     counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
     hists: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = field(default_factory=dict)
 
@@ -144,6 +147,32 @@ def _probe_tick(f: Fleet, minute: int) -> list[RawSample]:
                 for _ in range(r.randint(0, 1) if connection == "new" else ok):
                     h.observe(r.lognormvariate(math.log(0.02), 0.7))
                 out += h.samples(metrics.PROBE_PHASE.name, plabels)
+        out += _split_and_tcp(f, labels, ok)
+    return out
+
+
+def _split_and_tcp(f: Fleet, labels: dict[str, str], ok: int) -> list[RawSample]:
+    """The engine's exact split of most ok probes (one in four absent), and the probe
+    connections' TCP segments with a little loss on the telecom probe's stream."""
+    r = f.later
+    out: list[RawSample] = []
+    exact = sum(1 for _ in range(ok) if r.random() < 0.75)
+    for split, n in (("exact", exact), ("absent", ok - exact), ("inconsistent", 0)):
+        out.append(f.add(metrics.PROBE_SERVER_SPLIT.name, {**labels, "split": split}, n))
+    for part, mean in (("network_frontend", 0.05), ("queue", 0.1), ("prefill", 0.2),
+                       ("decode", 1.0)):
+        plabels = {**labels, "part": part}
+        h = f.hist(metrics.PROBE_SERVER_TIMING, plabels)
+        for _ in range(exact):
+            h.observe(r.lognormvariate(math.log(mean), 0.5))
+        out += h.samples(metrics.PROBE_SERVER_TIMING.name, plabels, buckets=False)
+    lossy = labels["carrier"] == "telecom"
+    sent = ok * r.randint(20, 40)
+    received = ok * r.randint(30, 70)
+    for kind, n in (("sent", sent), ("retransmitted", r.randint(0, 2) if lossy and ok else 0),
+                    ("received", received),
+                    ("out_of_order", r.randint(0, 5) if lossy and ok else 0)):
+        out.append(f.add(metrics.PROBE_TCP_SEGMENTS.name, {**labels, "segments": kind}, n))
     return out
 
 

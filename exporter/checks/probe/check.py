@@ -20,6 +20,7 @@ from exporter.checks.base import Check, RunSkipped
 from exporter.checks.batch import Batch, Ledger
 from exporter.config.models import Config, ProbeConfig, SloConfig
 from exporter.metrics import ProbeOutcome
+from exporter.probing import server_timing
 from exporter.probing.client import Client
 from exporter.probing.prompts import nonce, probe_max_tokens, probe_prompt
 from exporter.probing.request import (
@@ -29,6 +30,7 @@ from exporter.probing.request import (
     endpoint_url,
     target_of,
 )
+from exporter.probing.tcpinfo import TcpDelta
 
 #: Longest a probe waits for its endpoint's gate before giving up on this run (the run then
 #: fails as "endpoint busy" and no request is counted: the endpoint did nothing wrong).
@@ -115,6 +117,8 @@ class ProbeCheck(Check):
         for outcome in ProbeOutcome:
             own.counter(metrics.PROBE_REQUESTS, (*labels, outcome.value))
         own.counter(metrics.PROBE_SLO_GOOD, labels)
+        for split in metrics.ServerSplit:
+            own.counter(metrics.PROBE_SERVER_SPLIT, (*labels, split.value))
         own.counter(metrics.PROBE_HELD_OFF, labels)
         #: Monotonic time before which the endpoint asked us not to call (Retry-After).
         self._hold_until = 0.0
@@ -160,9 +164,12 @@ class ProbeCheck(Check):
         connection = result.connection or "new"  # a failed connect was a new one
         for phase, seconds in result.phases.items():
             own.histogram(metrics.PROBE_PHASE, (*labels, phase, connection)).observe(seconds)
+        if result.tcp is not None:
+            self._record_tcp(result.tcp)
         s = result.stream
         if not result.ok or s is None or s.ttft is None or s.e2e is None:
             return
+        self._record_split(server_timing.split(server_timing.parse(s.server_timing), s.ttft))
         own.histogram(metrics.PROBE_TTFT, labels).observe(s.ttft)
         if s.ttfc is not None:
             own.histogram(metrics.PROBE_TTFC, labels).observe(s.ttfc)
@@ -184,6 +191,42 @@ class ProbeCheck(Check):
         if s.ttft <= self.ttft_slo and (tpot is None or tpot <= self.tpot_slo):
             own.counter(metrics.PROBE_SLO_GOOD, labels).inc()
         own.gauge(metrics.PROBE_LAST_SUCCESS, labels).set(time.time())
+
+    def _record_tcp(self, tcp: TcpDelta) -> None:
+        """Every request that got a response, failed ones included: a stream that timed out
+        while its connection retransmitted is the network's doing."""
+        own, labels = self._own, self._labels
+        for family, seconds in (
+            (metrics.PROBE_TCP_RTT, tcp.rtt),
+            (metrics.PROBE_TCP_RTTVAR, tcp.rttvar),
+            (metrics.PROBE_TCP_MIN_RTT, tcp.min_rtt),
+        ):
+            if seconds is not None:
+                own.histogram(family, labels).observe(seconds)
+        for kind, count in (
+            (metrics.TcpSegments.SENT, tcp.segs_out),
+            (metrics.TcpSegments.RETRANSMITTED, tcp.retransmitted),
+            (metrics.TcpSegments.RECEIVED, tcp.data_segs_in),
+            (metrics.TcpSegments.OUT_OF_ORDER, tcp.out_of_order),
+        ):
+            if count is not None:
+                own.counter(metrics.PROBE_TCP_SEGMENTS, (*labels, kind.value)).inc(count)
+
+    def _record_split(self, decided: tuple[metrics.ServerSplit, server_timing.Split | None]
+                      ) -> None:
+        own, labels = self._own, self._labels
+        kind, parts = decided
+        own.counter(metrics.PROBE_SERVER_SPLIT, (*labels, kind.value)).inc()
+        if parts is None:
+            return
+        for part, seconds in (
+            (metrics.ServerPart.NETWORK_FRONTEND, parts.network_frontend),
+            (metrics.ServerPart.QUEUE, parts.queue),
+            (metrics.ServerPart.PREFILL, parts.prefill),
+            (metrics.ServerPart.DECODE, parts.decode),
+        ):
+            if seconds is not None:
+                own.histogram(metrics.PROBE_SERVER_TIMING, (*labels, part.value)).observe(seconds)
 
     def batch(self) -> Batch:
         return self._own.batch()

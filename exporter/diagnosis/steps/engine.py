@@ -40,6 +40,9 @@ QUEUE_SHARE = "queue / (queue + prefill + decode) of " + metrics.ENGINE_QUEUE_TI
 PER_REQUEST = "{} per request"
 #: The same gauge's mean over the model's other data-parallel ranks.
 PEERS = "{} mean of the other dp_ranks"
+#: The exact split's queue part over the TTFTs it split, of a linked probe.
+EXACT_QUEUE_SHARE = (f"queue / (network_frontend + queue + prefill) of "
+                     f"{metrics.PROBE_SERVER_TIMING.name}")
 
 #: An engine that answers slowly times requests out; one that is down refuses or resets them.
 FAILS: dict[str, frozenset[str]] = {
@@ -121,20 +124,31 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence],
              ctx.ev(metrics.ENGINE_PREEMPTIONS.name, e.preemptions, lab, 0)],
             strength(e.preemptions, 1.0, 0.75), own=True)
     total = e.engine_seconds
-    if total is None or e.requests < 1 or total <= 0:
+    known = total is not None and e.requests >= 1 and total > 0
+    exact = _exact_queue(ctx, st, lab)
+    if not known and exact is None:
         return (out or None) if st.slow else out
-    assert e.queue_seconds is not None and e.prefill_seconds is not None
-    assert e.decode_seconds is not None
-    share = e.queue_seconds / total
-    q = ctx.ev(QUEUE_SHARE, share, lab, th.queue_share)
-    if share > th.queue_share:  # LLMEngineCapacityBound's condition
+    # LLMEngineCapacityBound's condition: the engine's own histograms, over all requests.
+    capacity = known and e.queue_seconds is not None and total is not None and \
+        e.queue_seconds / total > th.queue_share
+    if exact is not None:
+        # The engine's own timing of the symptomatic probes' requests: how much of their
+        # first token they spent queued, exactly, rather than the engine-wide share.
+        share, q = exact
+    else:
+        assert e.queue_seconds is not None and total is not None
+        share = e.queue_seconds / total
+        q = ctx.ev(QUEUE_SHARE, share, lab, th.queue_share)
+    if share > th.queue_share:
         ev = [q]
         if e.waiting is not None:
             ev.append(ctx.ev(metrics.ENGINE_REQUESTS_WAITING.name, e.waiting, lab, 0))
         if e.running is not None:
             ev.append(ctx.ev(metrics.ENGINE_REQUESTS_RUNNING.name, e.running, lab,
                              e.running_max))
-        headline = (f"Engine {e.engine} spends {pct(share)} of its time queueing "
+        what = ("of the linked probes' TTFT queued (the engine's own timing of them)"
+                if exact is not None else "of its time queueing")
+        headline = (f"Engine {e.engine} spends {pct(share)} {what} "
                     f"({e.waiting or 0:.3g} waiting, {e.running or 0:.3g} running)")
         queued = [f for f in ranks if any(
             x.metric == metrics.ENGINE_REQUESTS_WAITING.name for x in f.evidence)]
@@ -143,11 +157,15 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence],
         elif queued:  # the queue is one rank's: the cause is the imbalance
             queued[0].evidence.extend(ev)
         else:
-            add("queueing", headline, ev, strength(share, th.queue_share), own=True)
+            add("queueing", headline, ev, strength(share, th.queue_share),
+                own=capacity or st.own)
         return out
     cleared.append(q)
+    if not known:  # not queueing, exactly; prefill and decode need the engine's numbers
+        return (out or None) if st.slow else out
     if out or not st.slow:
         return out
+    assert e.prefill_seconds is not None and e.decode_seconds is not None
     # Inference dominates: which half. Per-request means say where the time went; the
     # engine's own TTFT / ITL say whether it is over the line.
     n = e.requests
@@ -221,6 +239,20 @@ def imbalance(ctx: Context, st: EngineState) -> list[Finding]:
                 strength(value, line), EXPLAINS["imbalance"], st.probes,
                 unobserved=not st.probes, own=True, fails=FAILS["imbalance"])
     return list(found.values())
+
+
+def _exact_queue(ctx: Context, st: EngineState, lab: dict[str, str]
+                 ) -> tuple[float, Evidence] | None:
+    """The largest queue share of the TTFT among the linked symptomatic probes the engine
+    timed exactly (``split=exact`` on the evidence); None where none was."""
+    shares = [(ps.probe.queue_share, ps.probe.probe) for ps in st.probes
+              if ps.probe.exact_splits and ps.probe.queue_share is not None]
+    if not shares:
+        return None
+    share, probe = max((v, name) for v, name in shares if v is not None)
+    return share, ctx.ev(EXACT_QUEUE_SHARE, share, {
+        **lab, "probe": probe, "part": metrics.ServerPart.QUEUE.value,
+        "split": metrics.ServerSplit.EXACT.value}, ctx.th.queue_share)
 
 
 def serving(ctx: Context, e: EngineWindow) -> bool:

@@ -172,13 +172,30 @@ def _probe_findings(ctx: Context, ps: ProbeSymptoms, cleared: list[Evidence],
                 f"{secs(p.itl_p99 or 0)}) while {engine.engine}'s inter-token P95 is "
                 f"{secs(engine.itl_p95)}", [e, *ps.evidence], 0.8,
                 EXPLAINS["stream_stalls"], (ps,), fails=FAILS))
-    # Client TTFT minus the engine's own: the network and gateway's part. A big share is
-    # evidence for this step; a small one clears the network for this probe.
-    if engine is not None and engine.up:
-        split = client_minus_engine(ctx, p, engine)
-        if split is not None and split.threshold is not None:
-            (splits if split.value > split.threshold else cleared).append(split)
+    # The TTFT's part between client and engine (the network, a gateway, the engine's HTTP
+    # server). A big share is evidence for this step; a small one clears the network for
+    # this probe.
+    outside = _outside_engine(ctx, p, engine)
+    if outside is not None and outside.threshold is not None:
+        (splits if outside.value > outside.threshold else cleared).append(outside)
     return out
+
+
+def _outside_engine(ctx: Context, p: ProbeWindow, engine: EngineWindow | None
+                    ) -> Evidence | None:
+    """Exact where the engine timed the probe's own requests: the network_frontend share
+    of those TTFTs (``split=exact`` on the evidence), applied to the TTFT P95, with the
+    share over which it is the network's as threshold. Else the client's TTFT minus the
+    engine's (``part=client_minus_engine``): two distributions of different requests."""
+    if p.exact_splits and p.network_frontend_share is not None and p.ttft_p95:
+        gap = p.network_frontend_share * p.ttft_p95
+        return ctx.ev(metrics.PROBE_SERVER_TIMING.name, gap,
+                      {**probe_labels(p), "part": metrics.ServerPart.NETWORK_FRONTEND.value,
+                       "split": metrics.ServerSplit.EXACT.value},
+                      ctx.th.client_network_share * p.ttft_p95)
+    if engine is not None and engine.up:
+        return client_minus_engine(ctx, p, engine)
+    return None
 
 
 def client_minus_engine(ctx: Context, p: ProbeWindow, engine: EngineWindow
@@ -202,6 +219,60 @@ def client_minus_engine(ctx: Context, p: ProbeWindow, engine: EngineWindow
         return ctx.ev(MEAN_SPLIT, max(0.0, p.ttft_mean - engine.ttft_mean), labels,
                       share * p.ttft_mean, engine.ttft_mean)
     return None
+
+
+#: (lost, of what) segment counts of the stream's own loss (TCP_INFO of its connections).
+STREAM_LOSS = (
+    (metrics.TcpSegments.RETRANSMITTED, metrics.TcpSegments.SENT),
+    (metrics.TcpSegments.OUT_OF_ORDER, metrics.TcpSegments.RECEIVED),
+)
+
+
+def _stream_loss(ctx: Context, p: ProbeWindow, ps: ProbeSymptoms | None,
+                 findings: list[Finding], cleared: list[Evidence]) -> Finding | None:
+    """The probe's own stream lost packets: its connection retransmitted, or the server's
+    segments arrived out of order, over the loss line (LLMProbeStreamPacketLoss's
+    condition). Network evidence for its carrier whatever ICMP to the carrier says
+    (carriers rate-limit echoes): it joins a loss finding on the probe's carrier, or is one
+    of its own, over the line whether or not the probe's users feel it yet. ``ps``: the
+    probe's symptoms, when it has any (then a clean stream is evidence that clears)."""
+    th = ctx.th
+    evidence: list[Evidence] = []
+    worst = 0.0
+    for (part, whole), ratio in zip(STREAM_LOSS, (p.tcp_retransmit_ratio,
+                                                  p.tcp_out_of_order_ratio), strict=True):
+        if ratio is None:
+            continue
+        e = ctx.ev(metrics.PROBE_TCP_SEGMENTS.name, ratio,
+                   {**probe_labels(p), "segments": f"{part.value}/{whole.value}"},
+                   th.loss_ratio)
+        if ratio > th.loss_ratio:
+            evidence.append(e)
+            worst = max(worst, ratio)
+        elif ps is not None:
+            cleared.append(e)
+    if not evidence:
+        return None
+    riders = (ps,) if ps is not None else ()
+    for f in findings:
+        if f.cause in ("packet_loss", "peak_congestion") and p.carrier and \
+                f.scope.get("carrier") == p.carrier and \
+                _same(p.vantage, f.scope.get("vantage", "")):
+            f.evidence.extend(evidence)
+            f.probes = (*f.probes, *(r for r in riders if r not in f.probes))
+            return None
+    where = f" on {p.carrier}" if p.carrier else ""
+    # The carrier's ICMP loss under its line, beside it: what the stream contradicts.
+    evidence += [e for e in cleared if e.metric == metrics.PATH_LOSS.name and p.carrier
+                 and e.labels.get("carrier") == p.carrier]
+    return Finding(
+        "network", "packet_loss", probe_scope(p),
+        f"The {p.probe} probe's TCP stream{where} loses packets: "
+        + ", ".join(f"{e.labels['segments']} {pct(e.value)}" for e in evidence
+                    if e.metric == metrics.PROBE_TCP_SEGMENTS.name)
+        + f" (threshold {pct(th.loss_ratio)})",
+        evidence, strength(worst, th.loss_ratio, 0.7), EXPLAINS["packet_loss"], riders,
+        unobserved=not riders, own=True, fails=FAILS)
 
 
 def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Finding],
@@ -232,4 +303,11 @@ def evaluate(ctx: Context, sick: list[ProbeSymptoms]) -> tuple[Step, list[Findin
         found = _probe_findings(ctx, ps, cleared, splits)
         decided = decided or bool(found) or bool(splits) or bool(cleared)
         findings.extend(found)
+    # By identity: a fleet's probes share names across vantage points.
+    symptoms = {id(ps.probe): ps for ps in sick}
+    for p in ctx.obs.probes:
+        stream = _stream_loss(ctx, p, symptoms.get(id(p)), findings, cleared)
+        if stream is not None:
+            decided = True
+            findings.append(stream)
     return conclude("network", findings, cleared + splits, decided), findings, splits

@@ -14,8 +14,11 @@ from exporter.monitoring.promql import (
     alternation,
     human_seconds,
     num,
+    paren,
     pct,
     prom_duration,
+    rate_sum,
+    ratio,
 )
 from exporter.monitoring.rule import Alert
 
@@ -47,6 +50,31 @@ def _probe_labels(probe: ProbeConfig) -> dict[str, str]:
 def stale_after(config: Config) -> float:
     """Three intervals of the slowest probe, and never under 5 minutes."""
     return max([300.0, *(3 * p.interval for p in config.probes)])
+
+
+def _stream_loss(config: Config) -> Alert:
+    """The probe's own stream lost packets (TCP_INFO): retransmitted / sent, or out of
+    order / received, over the loss SLO; the chain's network step decides the same."""
+    loss = findings.threshold("LLMProbeStreamPacketLoss", config)
+    family = metrics.PROBE_TCP_SEGMENTS
+    label = family.labels[-1]
+
+    def share(part: metrics.TcpSegments, whole: metrics.TcpSegments) -> str:
+        return paren(ratio(rate_sum(PROBE, f'{family.name}{{{label}="{part.value}"}}'),
+                           rate_sum(PROBE, f'{family.name}{{{label}="{whole.value}"}}')))
+
+    seg = metrics.TcpSegments
+    return Alert(
+        "LLMProbeStreamPacketLoss",
+        f"{share(seg.RETRANSMITTED, seg.SENT)} > {num(loss)}\nor\n"
+        f"{share(seg.OUT_OF_ORDER, seg.RECEIVED)} > {num(loss)}",
+        "warning",
+        "A probe's TCP stream loses packets.",
+        f"{PROBE_TEXT}: {VALUE_PERCENT} of its connection's segments were retransmitted or "
+        f"arrived out of order over {RATE} (kernel TCP_INFO; threshold {pct(loss)}), "
+        "whatever ICMP to its carrier shows.",
+        "10m",
+    )
 
 
 def probe_alerts(config: Config) -> list[Alert]:
@@ -94,6 +122,7 @@ def probe_alerts(config: Config) -> list[Alert]:
             "10m",
         )
     )
+    alerts.append(_stream_loss(config))
     for probe in config.probes:
         alerts.append(
             Alert(

@@ -205,6 +205,7 @@ def _no_data(ctx: Context, sick: list[ProbeSymptoms], steps: tuple[Step, ...],
         split = [e for e in splits if e.labels.get("probe") == p.probe]
         if split and not why:
             how = ("the engine's own timing of its requests" if "split" in split[0].labels
+                   else "its mean TTFT less the engine's" if split[0].metric == network.MEAN_SPLIT
                    else "its TTFT P95 less the engine's")
             why.append(f"{split[0].value:.3g} s of its TTFT is spent between client and "
                        "engine (network or gateway), yet no path check names a network "

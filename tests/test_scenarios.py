@@ -11,6 +11,7 @@ CI=true, where they fail (the ``scenario_lab`` fixture of conftest.py).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import subprocess
@@ -39,8 +40,9 @@ def _param(path: Path) -> object:
     return pytest.param(path, marks=marks, id=path.stem)
 
 
-def missing_parts() -> list[str]:
-    """What of issue 12 the lab needs and this branch lacks."""
+@functools.cache
+def missing_parts() -> tuple[str, ...]:
+    """What of issue 12 the lab needs and this branch lacks (asked once per worker)."""
     missing = []
     if importlib.util.find_spec("exporter.diagnosis.chain") is None:
         missing.append("the decision chain (exporter/diagnosis/chain.py)")
@@ -51,10 +53,12 @@ def missing_parts() -> list[str]:
                            capture_output=True, text=True, cwd=ROOT)
     if help_.returncode != 0 or "--prometheus" not in help_.stdout:
         missing.append("`llm-latency-exporter diagnose --prometheus URL --json`")
-    return missing
+    return tuple(missing)
 
 
-@pytest.fixture(scope="module", autouse=True)
+# Function-scoped: a module-scoped fixture would make the scenarios one xdist group, run
+# one after the other on one worker (twenty labs of about a minute each).
+@pytest.fixture(autouse=True)
 def diagnosis_present() -> None:
     missing = missing_parts()
     if missing:

@@ -33,6 +33,7 @@ from exporter import metrics
 from exporter.config.load import load_config
 from exporter.monitoring import generate
 from tests.support import ROOT
+from tests.support.e2e_exporter import loopback_clients
 from tests.support.lab.base import NetRun
 from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, CarrierPath
 from tests.support.lab.topology import PROXY_PORT, CarrierLab
@@ -130,7 +131,9 @@ def shipped_buckets() -> set[str]:
             if f.kind is metrics.Kind.HISTOGRAM and ships(f"{f.name}_bucket")}
 
 
-def site_config() -> dict[str, Any]:
+def site_config(directory: Path) -> dict[str, Any]:
+    """The site's exporter; its real users are the probes' and the load's connections to the
+    simulator (``directory`` holds the clients check's CIDR file, beside the config)."""
     local = f"http://127.0.0.1:{SIM_PORT}"
     return {
         "server": {"listen_address": f"127.0.0.1:{EXPORTER_PORT}", "log_level": "warning"},
@@ -140,6 +143,7 @@ def site_config() -> dict[str, Any]:
         "probes": [{"name": "chat", "url": f"{local}/v1/chat/completions", "engine": "sim",
                     **PROBE}],
         "gpu": {"enabled": True, "interval": "1s"},
+        "clients": loopback_clients(SIM_PORT, directory),
     }
 
 
@@ -203,7 +207,7 @@ class Fleet(NetRun):
             edge = self.edges[VANTAGE[carrier]]
             self._exporter(edge, vantage_config(carrier, self.net.carriers[carrier].target),
                            self.workdir / f"{edge.name}-gpu.json", peak_end)
-        self._exporter(self.edges[SITE], site_config(), self.gpu_file, peak_end)
+        self._exporter(self.edges[SITE], site_config(self.workdir), self.gpu_file, peak_end)
         for edge in self.edges.values():
             self._prometheus(edge)
         for edge in self.edges.values():

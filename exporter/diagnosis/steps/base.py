@@ -189,3 +189,21 @@ def probe_scope(p: ProbeWindow) -> dict[str, str]:
 
 def probe_labels(p: ProbeWindow) -> dict[str, str]:
     return {"probe": p.probe, "target": p.target, "carrier": p.carrier, "vantage": p.vantage}
+
+
+def peak_drift(ctx: Context, in_peak: bool,
+               loss: tuple[float | None, Evidence | None, float | None],
+               rtt: tuple[float | None, Evidence | None, float | None]) -> list[Evidence]:
+    """Of (value, its evidence, its off-peak baseline) for a loss ratio and an RTT, the
+    evidence a peak window holds over the off-peak: a loss of at least ``peak_min_loss``
+    and ``drift_ratio`` x its baseline, an RTT ``drift_ratio`` x its own. Congestion on a
+    carrier's interconnect, for a path and for its real users alike."""
+    th, peak = ctx.th, []
+    (value, value_e, value_base), (ms, ms_e, ms_base) = loss, rtt
+    if in_peak and value is not None and value_e is not None and value_base is not None \
+            and value >= th.peak_min_loss and value > value_base * th.drift_ratio:
+        peak.append(value_e)
+    if in_peak and ms is not None and ms_e is not None and ms_base and \
+            ms > ms_base * th.drift_ratio:
+        peak.append(ms_e)
+    return peak

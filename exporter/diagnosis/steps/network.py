@@ -13,6 +13,7 @@ from exporter.diagnosis.steps.base import (
     ProbeSymptoms,
     conclude,
     pct,
+    peak_drift,
     probe_labels,
     probe_scope,
     secs,
@@ -80,14 +81,8 @@ def _path_findings(ctx: Context, path: PathWindow, riders: tuple[ProbeSymptoms, 
                    path.rtt_baseline) if rtt is not None else None
     # Evening peak vs off-peak: a loss or RTT that only the peak has is congestion on the
     # carrier's interconnect, and subsumes the plain loss / RTT finding of the same path.
-    peak: list[Evidence] = []
-    if path.in_peak and loss is not None and loss_e is not None and \
-            path.loss_baseline is not None and loss >= th.peak_min_loss and \
-            loss > path.loss_baseline * th.drift_ratio:
-        peak.append(loss_e)
-    if path.in_peak and rtt is not None and rtt_e is not None and path.rtt_baseline and \
-            rtt > path.rtt_baseline * th.drift_ratio:
-        peak.append(rtt_e)
+    peak = peak_drift(ctx, path.in_peak, (loss, loss_e, path.loss_baseline),
+                      (rtt, rtt_e, path.rtt_baseline))
     if peak:
         what = (f"loses {pct(loss)} of packets (off-peak {pct(path.loss_baseline or 0)})"
                 if loss_e in peak and loss is not None else

@@ -10,7 +10,15 @@ from collections.abc import Mapping
 from exporter import metrics
 from exporter.diagnosis.observations import ClientWindow
 from exporter.diagnosis.result import Evidence, Symptom
-from exporter.diagnosis.steps.base import Context, Finding, ProbeSymptoms, pct, secs, strength
+from exporter.diagnosis.steps.base import (
+    Context,
+    Finding,
+    ProbeSymptoms,
+    pct,
+    peak_drift,
+    secs,
+    strength,
+)
 
 #: Evidence names: retransmitted over sent segments, and the mean of the kernel's smoothed
 #: RTT.
@@ -48,14 +56,8 @@ def _findings(ctx: Context, c: ClientWindow, riders: tuple[ProbeSymptoms, ...],
                    c.rtt_baseline) if rtt is not None else None
     # The evening peak against the carrier's own off-peak: congestion on its interconnect,
     # which takes over the plain loss, as for a path.
-    peak: list[Evidence] = []
-    if c.in_peak and ratio is not None and loss_e is not None and \
-            c.retransmission_baseline is not None and ratio >= th.peak_min_loss and \
-            ratio > c.retransmission_baseline * th.drift_ratio:
-        peak.append(loss_e)
-    if c.in_peak and rtt is not None and rtt_e is not None and c.rtt_baseline and \
-            rtt > c.rtt_baseline * th.drift_ratio:
-        peak.append(rtt_e)
+    peak = peak_drift(ctx, c.in_peak, (ratio, loss_e, c.retransmission_baseline),
+                      (rtt, rtt_e, c.rtt_baseline))
     if peak:
         what = (f"retransmit {pct(ratio)} of segments (off-peak "
                 f"{pct(c.retransmission_baseline or 0)})"

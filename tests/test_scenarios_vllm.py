@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +27,7 @@ from tests.support.lab.runner import LabRun, engine_total, exporter_config, miss
 from tests.support.lab.scenario import CARRIERS, Scenario, load_scenario, scenario_files
 from tests.support.tiers import needs
 from tests.support.vllm_server import MODEL_NAME as VLLM_MODEL
-from tests.support.vllm_server import missing
+from tests.support.vllm_server import require_vllm
 
 FOLDER = SCENARIOS / "vllm"
 #: The scenario whose expectation rests on the engine's measured prefill rate.
@@ -38,11 +37,7 @@ LONG_PROMPTS = "long-prompts"
 @pytest.fixture
 @needs("vllm")
 def vllm_tier() -> None:
-    reason = missing()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and the real-vLLM tier cannot run: {reason}", pytrace=False)
-        pytest.skip(reason)
+    require_vllm()
 
 
 def ordered() -> list[tuple[str, Scenario]]:

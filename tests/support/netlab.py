@@ -33,6 +33,11 @@ import pytest
 
 RESPONDER = Path(__file__).resolve().parent / "netlab_responder.py"
 PROXY = Path(__file__).resolve().parent / "lab" / "delay_proxy.py"
+#: The lab's userspace stand-ins for a delay qdisc (the echo responder, the delay proxy, the
+#: TUN delay) run at real-time priority, as the kernel's netem would run in softirq: a test
+#: computing beside them must not make them wake late, which would read as path delay. (The
+#: kernel's RT throttling still leaves others 5 % of each core; they sleep nearly always.)
+REALTIME = ("chrt", "--fifo", "10")
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
@@ -202,7 +207,7 @@ class Lab:
         ]
         if tcp_port:
             args += ["--tcp-port", str(tcp_port)]
-        return Responder(self.spawn_ready(ns, args, "responder"), log)
+        return Responder(self.spawn_ready(ns, args, "responder", realtime=True), log)
 
     def delay_proxy(
         self,
@@ -223,7 +228,7 @@ class Lab:
             "--delay", str(delay), "--jitter", str(jitter), "--seed", str(seed),
             "--stall", str(stall), "--stall-after", str(stall_after),
         ]
-        return self.spawn_ready(ns, args, "delay proxy")
+        return self.spawn_ready(ns, args, "delay proxy", realtime=True)
 
     def tcp_drops(self, ns: str, port: int, percent: int) -> None:
         """Drop ``percent`` % of the TCP packets to and from ``port`` in ``ns``, both ways
@@ -256,9 +261,11 @@ class Lab:
             if isinstance(e, dict) and "counter" in e
         )
 
-    def spawn_ready(self, ns: str, args: list[str], what: str) -> subprocess.Popen[bytes]:
-        """``spawn``, then wait for the process's ``ready`` line."""
-        proc = self.spawn(ns, args, stdout=subprocess.PIPE)
+    def spawn_ready(self, ns: str, args: list[str], what: str, realtime: bool = False
+                    ) -> subprocess.Popen[bytes]:
+        """``spawn``, then wait for the process's ``ready`` line; ``realtime`` for a stand-in
+        of the kernel's delay (``REALTIME``)."""
+        proc = self.spawn(ns, [*REALTIME, *args] if realtime else args, stdout=subprocess.PIPE)
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != b"ready":  # listening before anyone probes
             raise RuntimeError(f"{what} in {ns} did not start (exit {proc.poll()})")

@@ -270,3 +270,20 @@ def test_the_fastest_prefill_over_the_history_is_per_window_span() -> None:
     assert best(snaps) == {key: 10000.0}
     assert best(snaps[3:]) == {key: 2500.0}
     assert best(snaps[:2]) == {}  # no span of a whole window yet
+
+
+def test_an_alert_the_generated_inhibitions_mute_is_the_muting_verdicts() -> None:
+    # Loss on mobile nobody feels in the window: its probe's TTFT over the alerts' 5m span is
+    # muted by the loss alert in Alertmanager, so the user is paged once, with the loss.
+    lossy = diagnose(with_path(healthy(), "mobile", lost=12)).to_json()
+    loss = _alert("LLMPathPacketLoss", carrier="mobile", target="gpu-sh")
+    ttft = _alert("LLMProbeTTFTHigh", probe="chat-mobile", carrier="mobile")
+    assert one_answer([loss, ttft], lossy) == []
+    # Loss on mobile mutes nothing of unicom's.
+    assert one_answer([loss, {**ttft, "carrier": "unicom", "probe": "chat-unicom"}], lossy)
+    # A down engine's capacity alert (its rates still hold its last minutes up) is muted by
+    # the engine's own down alert.
+    down = diagnose(replace(with_engine(healthy(), up=False), probes=())).to_json()
+    queue = _alert("LLMEngineCapacityBound", target="main", model="m")
+    assert one_answer([_alert("LLMEngineDown", target="main"), queue], down) == []
+    assert one_answer([_alert("LLMEngineDown", target="main"), {**queue, "target": "b"}], down)

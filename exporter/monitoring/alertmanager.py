@@ -54,6 +54,12 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition("LLMEngineDown",
                ("LLMProbeFailureRatioHigh", "LLMProbeErrorBudgetBurn", "LLMProbeAbsent"),
                ("engine_target",)),
+    # A down engine's rates over RATE still hold its last minutes up: its capacity, compute
+    # and KV alerts describe an engine that is gone.
+    Inhibition("LLMEngineDown",
+               ("LLMEngineCapacityBound", "LLMEngineComputeBound", "LLMEngineKVCacheSaturated",
+                "LLMEngineImbalance"),
+               ("target",)),
     Inhibition(DIAGNOSIS,
                ("LLMProbeTTFTHigh", "LLMProbeTPOTHigh", "LLMProbeStreamStalls",
                 "LLMProbeFailureRatioHigh", "LLMProbeTTFTPeakDrift"),

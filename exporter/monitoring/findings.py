@@ -19,6 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from exporter.monitoring.alertmanager import DIAGNOSIS, INHIBITIONS
+from exporter.monitoring.names import FLEET
+
 if TYPE_CHECKING:
     from exporter.config.models import Config
 
@@ -188,6 +191,21 @@ def explains(verdict: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return _scope_fits(d, labels, scope)
 
 
+def muted(verdict: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether the generated Alertmanager config mutes this alert by another that the verdict
+    is the decision behind: the user is paged once, with the verdict's cause (loss on a
+    carrier mutes its probes' TTFT, whose 5m span may cross the SLO where the chain's window
+    does not; a down engine mutes the capacity alert its last minutes' rates still raise)."""
+    name = labels.get("alertname")
+    return any(
+        explains(verdict, {**{k: labels[k] for k in rule.equal if k in labels},
+                           "alertname": rule.source})
+        for rule in INHIBITIONS
+        # The diagnosis's own alert mutes everything it names: no second opinion.
+        if rule.source != DIAGNOSIS and name in rule.targets
+        and all(k in labels for k in rule.equal if k not in FLEET))
+
+
 def unmatched(alerts: Sequence[Mapping[str, str]], verdicts: Sequence[Mapping[str, Any]]
               ) -> list[str]:
     """Why the alerts pending or firing and the verdicts are not one answer ([] when they
@@ -196,7 +214,7 @@ def unmatched(alerts: Sequence[Mapping[str, str]], verdicts: Sequence[Mapping[st
     for a in alerts:
         if a.get("alertname") not in BY_ALERT:
             out.append(f"alert {a.get('alertname')} has no decision in the table")
-        elif not any(explains(v, a) for v in verdicts):
+        elif not any(explains(v, a) or muted(v, a) for v in verdicts):
             out.append(f"alert {show(a)} is explained by no verdict")
     for v in verdicts:
         cause = (str(v.get("layer")), str(v.get("cause")))

@@ -171,7 +171,7 @@ class Lab:
 
     def spawn(self, ns: str, args: list[str], **kw: object) -> subprocess.Popen[bytes]:
         """A process inside ``ns``, in its own process group, stopped by PID at teardown."""
-        proc = subprocess.Popen(
+        proc: subprocess.Popen[bytes] = subprocess.Popen(
             ["ip", "netns", "exec", ns, *args],
             start_new_session=True,
             **kw,  # type: ignore[call-overload]

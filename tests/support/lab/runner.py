@@ -190,7 +190,8 @@ class LabRun(NetRun):
         if s.engine.kind == "simulator":
             self.sim = self.spawn(self.net.site, "simulator", [
                 sys.executable, "-m", "exporter", *simulate_args(
-                    SIM_PORT, fmt="vllm", host="0.0.0.0", seed=s.seed, **s.simulator.flags)])
+                    SIM_PORT, fmt="vllm", host="0.0.0.0", seed=s.seed,
+                    **dict[str, Any](s.simulator.flags))])
             ready, what, timeout = "/health", "simulator", 20.0
         else:
             self.sim = self.spawn(self.net.site, "vllm", serve_args(

@@ -39,7 +39,8 @@ DEFAULT_HOPS: dict[str, tuple[str, ...]] = {
 }
 #: The RTT of a healthy carrier path, seconds.
 DEFAULT_DELAY = 0.02
-SOURCES = ("exporter", "prometheus")
+Source = Literal["exporter", "prometheus"]
+SOURCES: tuple[Source, ...] = ("exporter", "prometheus")
 
 
 class ScenarioError(Exception):
@@ -228,7 +229,7 @@ class Scenario(StrictModel):
     baseline: Duration = 0.0
     settle: Duration
     #: The sources that can see this scenario (both read the same run).
-    sources: list[Literal["exporter", "prometheus"]] = Field(default_factory=lambda: list(SOURCES))
+    sources: list[Source] = Field(default_factory=lambda: list(SOURCES))
     engine: Engine = Engine()
     simulator: Simulator = Simulator()
     load: Load = Load()
@@ -274,7 +275,7 @@ class Scenario(StrictModel):
         return self
 
     def path(self, carrier: str) -> CarrierPath:
-        return self.paths.get(carrier, CarrierPath())  # type: ignore[call-overload]
+        return self.paths.get(carrier, CarrierPath())  # type: ignore[call-overload,no-any-return]
 
 
 def load_scenario(path: str | Path) -> Scenario:

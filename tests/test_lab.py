@@ -38,6 +38,7 @@ from tests.support.lab.topology import PROXY_PORT, CarrierLab
 from tests.support.netlab import PROXY, Lab, binomial_interval, in_netns, require_lab
 from tests.support.procs import free_port
 from tests.support.samples import parse
+from tests.support.tiers import needs
 
 
 # --- the delay proxy, on loopback ------------------------------------------------------------
@@ -195,46 +196,54 @@ def echoes(target: str, n: int) -> int:
         return replies
 
 
-def test_stream_loss_drops_the_carriers_tcp_on_arrival_and_spares_its_echoes(
-        tmp_path: Path) -> None:
+@pytest.fixture
+@needs("netns")
+def carrier_lab(tmp_path: Path) -> Iterator[CarrierLab]:
+    """The scenario lab's carrier namespaces alone (no engine, no exporter), removed after."""
     require_lab()
     net = CarrierLab(tmp_path, sim_port=8800)
     try:
-        for carrier in CARRIERS:
-            net.set_route(carrier, list(DEFAULT_HOPS[carrier]))
-        percent, n = 20, 300
-        net.shape("mobile", CarrierPath(stream_loss=percent / 100), seed=1)
-        net.shape("unicom", CarrierPath(), seed=1)
-        mobile, unicom = net.carriers["mobile"], net.carriers["unicom"]
-
-        async def connects(target: str) -> list[bool]:
-            async def one() -> bool:
-                # Under the first SYN retransmission (1 s): each attempt is one trial, lost
-                # when the SYN (at the proxy) or the SYN-ACK (at the client) is dropped.
-                try:
-                    _, w = await asyncio.wait_for(
-                        asyncio.open_connection(target, PROXY_PORT), 0.5)
-                except (TimeoutError, OSError):
-                    return False
-                w.close()
-                return True
-            return await asyncio.gather(*(one() for _ in range(n)))
-
-        ok = in_netns(net.client, lambda: asyncio.run(connects(mobile.target)))
-        failed = ok.count(False)
-        lo, hi = binomial_interval(n, 1 - (1 - percent / 100) ** 2)
-        assert lo <= failed <= hi, (failed, lo, hi)
-        # Dropped at both ends, each counted.
-        at_proxy, at_client = net.lab.nft_counters(mobile.ns), net.lab.nft_counters(net.client)
-        assert at_proxy > 0 and at_client > 0 and at_proxy + at_client >= failed
-        # Echoes are untouched: ICMP to the carrier is clean while its stream loses.
-        assert in_netns(net.client, lambda: echoes(mobile.target, 40)) == 40
-        # Another carrier's stream is not: nothing is dropped on its way.
-        ok = in_netns(net.client, lambda: asyncio.run(connects(unicom.target)))
-        assert ok.count(False) == 0
-        assert net.lab.nft_counters(unicom.ns) == 0
+        yield net
     finally:
         net.close()
+
+
+def test_stream_loss_drops_the_carriers_tcp_on_arrival_and_spares_its_echoes(
+        carrier_lab: CarrierLab) -> None:
+    net = carrier_lab
+    for carrier in CARRIERS:
+        net.set_route(carrier, list(DEFAULT_HOPS[carrier]))
+    percent, n = 20, 300
+    net.shape("mobile", CarrierPath(stream_loss=percent / 100), seed=1)
+    net.shape("unicom", CarrierPath(), seed=1)
+    mobile, unicom = net.carriers["mobile"], net.carriers["unicom"]
+
+    async def connects(target: str) -> list[bool]:
+        async def one() -> bool:
+            # Under the first SYN retransmission (1 s): each attempt is one trial, lost
+            # when the SYN (at the proxy) or the SYN-ACK (at the client) is dropped.
+            try:
+                _, w = await asyncio.wait_for(
+                    asyncio.open_connection(target, PROXY_PORT), 0.5)
+            except (TimeoutError, OSError):
+                return False
+            w.close()
+            return True
+        return await asyncio.gather(*(one() for _ in range(n)))
+
+    ok = in_netns(net.client, lambda: asyncio.run(connects(mobile.target)))
+    failed = ok.count(False)
+    lo, hi = binomial_interval(n, 1 - (1 - percent / 100) ** 2)
+    assert lo <= failed <= hi, (failed, lo, hi)
+    # Dropped at both ends, each counted.
+    at_proxy, at_client = net.lab.nft_counters(mobile.ns), net.lab.nft_counters(net.client)
+    assert at_proxy > 0 and at_client > 0 and at_proxy + at_client >= failed
+    # Echoes are untouched: ICMP to the carrier is clean while its stream loses.
+    assert in_netns(net.client, lambda: echoes(mobile.target, 40)) == 40
+    # Another carrier's stream is not: nothing is dropped on its way.
+    ok = in_netns(net.client, lambda: asyncio.run(connects(unicom.target)))
+    assert ok.count(False) == 0
+    assert net.lab.nft_counters(unicom.ns) == 0
 
 
 SHAPED = Scenario.model_validate({

@@ -198,10 +198,12 @@ def stream_drop(loss: float, stream_loss: float) -> float:
     return 1 - (1 - loss) * (1 - stream_loss)
 
 
-#: How far a stream's retransmitted / sent and out-of-order / received shares stray from
-#: the share of its packets dropped, either way: a lost ACK costs no retransmission when
-#: the next one covers it, a tail loss probe or a spurious timeout sends one more, and one
-#: gap puts every segment after it out of order until it is filled.
+#: How far the worse of a stream's two shares (the chain judges either) strays from the
+#: share of its packets dropped, either way. That is the out-of-order one, of the server's
+#: segments: the client sends mostly ACKs, and a lost ACK costs no retransmission when the
+#: next covers it; one gap puts the segments after it out of order until it is filled.
+#: (At 8% dropped at each end the lab's probe saw 5.2% and 7.2% out of order, 0.2%
+#: retransmitted: tests/scenarios/stream-loss-icmp-clean.yaml.)
 STREAM_SPREAD = 2.0
 
 

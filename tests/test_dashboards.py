@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 
 from exporter.monitoring import dashboards as grafana
+from exporter.monitoring import names
 from exporter.monitoring.dashboards.kit import COMPARE
 from tests.support import ROOT
 from tests.support.generated import (
     RULE_FILES,
     dashboards,
+    example,
     panels,
     promtool_check_exprs,
     queries,
@@ -149,3 +151,25 @@ def test_slo_lines_come_from_the_config() -> None:
     stat: dict[str, Any] = next(p for p in panels(overview) if p["title"] == "P95 TTFT")
     steps = stat["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [s["value"] for s in steps] == [None, 1.0]
+
+
+def test_the_probe_streams_per_carrier_on_the_paths_and_day_vs_evening_boards() -> None:
+    """The probes' own TCP streams (TCP_INFO) beside the ICMP path numbers: retransmission
+    and out-of-order shares with the loss SLO's line, and the kernel's smoothed RTT."""
+    by_title = {p["title"]: p for p in panels(BOARDS["llm-paths.json"])}
+    loss = example().slo.loss_ratio
+    for title, series in (("Probe stream retransmission", names.PROBE_STREAM_RETRANSMISSION),
+                          ("Probe stream out of order", names.PROBE_STREAM_OUT_OF_ORDER)):
+        panel = by_title[title]
+        [target] = panel["targets"]
+        assert target["expr"].startswith(series + "{") and target["legendFormat"] == "{{carrier}}"
+        assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"
+        steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert [s["value"] for s in steps][-1] == loss, steps
+    rtt = by_title["Probe kernel smoothed RTT"]
+    assert [t["expr"].split("{")[0] for t in rtt["targets"]] == [
+        n for _, n in names.PROBE_TCP_RTT.by_quantile()]
+    week = {p["title"]: p for p in panels(BOARDS["llm-day-evening.json"])}
+    exprs = [t["expr"] for t in week[f"Probe stream retransmission: now vs ${COMPARE} ago"]["targets"]]
+    assert all(e.startswith(names.PROBE_STREAM_RETRANSMISSION + "{") for e in exprs)
+    assert exprs[1].endswith(f"offset ${COMPARE}")

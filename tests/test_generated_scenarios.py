@@ -102,3 +102,19 @@ def test_generated_scenario_gives_its_expected_diagnosis(
         results = run.outcome()
     why = misses(scenario.description, results)
     assert not why, why
+
+
+def test_stream_loss_with_icmp_clean_names_the_carriers_probe() -> None:
+    # Stream-only loss over the loss line (LLMProbeStreamPacketLoss's) with clean echoes: a
+    # packet_loss of the probe and its carrier, not of the path (whose ICMP is clean); under
+    # the line, nothing. Both knobs at once (a minute's window: enough requests to decide
+    # the lost SYNs): the path's finding, which the stream joins.
+    def scoped(**spec: object) -> list[tuple[str, str, dict[str, str]]]:
+        return [(str(e["layer"]), str(e["cause"]), dict(e["scope"]))  # type: ignore[call-overload]
+                for e in expected(lab_of(_scenario(**spec)))]
+    assert scoped(paths={"mobile": {"stream_loss": 0.08}}) == [
+        ("network", "packet_loss", {"carrier": "mobile", "probe": "mobile"})]
+    assert scoped(paths={"mobile": {"stream_loss": 0.005}}) == []
+    assert scoped(paths={"mobile": {"stream_loss": 0.04, "loss": 0.06}},
+                  exporter={"diagnosis": {"window": "60s"}}) == [
+        ("network", "packet_loss", {"carrier": "mobile", "target": "site"})]

@@ -221,3 +221,32 @@ def test_a_tile_per_carrier_of_real_users() -> None:
             in tiles[0])
     assert 'data-metric="rtt" data-value="0.04">40 ms (P95 120 ms)<' in tiles[0]
     assert 'class="v" data-metric="retransmission" data-value="0.1">10.0 % of 50<' in tiles[1]
+
+
+def test_a_path_tile_shows_its_carriers_probe_streams() -> None:
+    """The stream rows of a path tile are the worst of the probes riding it (tagged with
+    its carrier); an untagged probe, or one on another carrier, is not on it."""
+    def probe(name: str, carrier: str, retransmit: float, out_of_order: float) -> ProbeWindow:
+        return ProbeWindow(probe=name, target="h", profile="short", carrier=carrier,
+                           requests=20, outcomes={"ok": 20}, tcp_retransmit_ratio=retransmit,
+                           tcp_out_of_order_ratio=out_of_order)
+    obs = Observations(
+        at=dt.datetime.fromtimestamp(T0, dt.UTC), window=300, source="exporter",
+        probes=(probe("m1", "mobile", 0.01, 0.09), probe("m2", "mobile", 0.03, 0.0),
+                probe("local", "", 0.5, 0.5), probe("u", "unicom", 0.0, 0.0)),
+        paths=(PathWindow(carrier="mobile", target="site", sent=100, lost=0, rtt_mean=0.02),
+               PathWindow(carrier="unicom", target="site", sent=100, lost=0, rtt_mean=0.02),
+               PathWindow(carrier="telecom", target="site", sent=100, lost=0)))
+    live = page.live(_view(None, obs, []))
+    tiles = {t.split('data-name="')[1].split('"')[0]: t
+             for t in live.split('<article class="tile"')[1:]}
+    mobile, unicom, telecom = (tiles[f"{c} → site"] for c in ("mobile", "unicom", "telecom"))
+    # ICMP clean (loss 0 %), the stream over the 2 % loss line: red.
+    assert 'class="v" data-metric="loss" data-value="0.0">0.0 % of 100<' in mobile
+    assert ('class="v bad" data-metric="stream_retransmission" data-value="0.03">3.0 %<'
+            in mobile)
+    assert ('class="v bad" data-metric="stream_out_of_order" data-value="0.09">9.0 %<'
+            in mobile)
+    assert 'class="v" data-metric="stream_retransmission" data-value="0.0">0.0 %<' in unicom
+    # No probe rides telecom: no figure, not a clean one.
+    assert f'data-metric="stream_retransmission" data-value="{fmt.attr(None)}"' in telecom

@@ -120,6 +120,10 @@ def test_live_page_in_chromium(
             assert float(tiles[("gpu", "GPU 0", metric)]) == pytest.approx(
                 value(text, family.name, gpu="0"))
         assert tiles[("path", "loopback → simulator", "loss")] == "0.0"
+        # The probe's own stream on the carrier beside the path's ICMP: the chain's figures
+        # (retransmitted / sent, out of order / received), and loopback loses nothing.
+        for metric in ("stream_retransmission", "stream_out_of_order"):
+            assert float(tiles[("path", "loopback → simulator", metric)]) == 0.0, metric
         assert page.text_content(".tile[data-kind=engine] .sub") == "up"
 
         # Every tile row has its sparkline, drawn (a line or a dot) and laid out.

@@ -54,6 +54,10 @@ def _retransmitted() -> str:
     return f"{segments}_retransmitted_per_sent"
 
 
+def _probe_segments(part: metrics.TcpSegments, whole: metrics.TcpSegments) -> str:
+    return f"{metrics.PROBE_TCP_SEGMENTS.base}_{part.value}_per_{whole.value}"
+
+
 def _inference() -> str:
     prefill = metrics.ENGINE_PREFILL_TIME.name.replace("prefill", "inference")
     assert prefill == metrics.ENGINE_DECODE_TIME.name.replace("decode", "inference")
@@ -69,6 +73,10 @@ DERIVED = {
     f"{metrics.PROBE_SLO_GOOD.base}{_PER_REQUEST}": "requests within the SLO over requests",
     _packets_lost(): "sent minus received over sent",
     _retransmitted(): "retransmitted segments over segments sent",
+    _probe_segments(metrics.TcpSegments.RETRANSMITTED, metrics.TcpSegments.SENT):
+        "the probes' retransmitted segments over those sent",
+    _probe_segments(metrics.TcpSegments.OUT_OF_ORDER, metrics.TcpSegments.RECEIVED):
+        "the probes' out-of-order segments over those received",
     _inference(): "prefill plus decode",
 }
 FAMILIES = {name for f in metrics.SCHEMA.values() for name in (f.name, f.base)}

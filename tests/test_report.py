@@ -152,6 +152,8 @@ def test_daytime_and_peak_tables_match_promql(report_lab: dict[str, Any]) -> Non
         "rtt": 'llm_path_rtt_seconds_bucket{carrier="lab"}',
         # The probes' own connections, seen by the clients check on the simulator's port.
         "users_rtt": 'llm_clients_rtt_seconds_bucket{carrier="lab"}',
+        # The probes' own connections, as their kernel timed them (TCP_INFO).
+        "probe_tcp_rtt": 'llm_probe_tcp_rtt_seconds_bucket{carrier="lab"}',
     }
     for name, selector in hist.items():
         for cls, rng, at in (("daytime", day, peak_at), ("evening", peak, end)):
@@ -172,6 +174,14 @@ def test_daytime_and_peak_tables_match_promql(report_lab: dict[str, Any]) -> Non
         want = scalar(prom, f"sum(increase(llm_clients_segments_retransmitted_total{rng})) "
                             f"/ sum(increase(llm_clients_segments_sent_total{rng}))", at)
         assert want is not None and near(carrier["retransmission_ratio"][cls], want)
+        for field, part, whole in (
+                ("stream_retransmission_ratio", "retransmitted", "sent"),
+                ("stream_out_of_order_ratio", "out_of_order", "received")):
+            want = scalar(prom, "sum(increase(llm_probe_tcp_segments_total"
+                                f'{{carrier="lab",segments="{part}"}}{rng})) / '
+                                "sum(increase(llm_probe_tcp_segments_total"
+                                f'{{carrier="lab",segments="{whole}"}}{rng}))', at)
+            assert want is not None and near(carrier[field][cls], want), (field, cls)
     # The fault ran in the peak window: its TTFT is the slow one, and the difference says so.
     ttft = m["ttft"]
     assert ttft["by_class"]["evening"]["p95"] > SLOW_FIRST_TOKEN

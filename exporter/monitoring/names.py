@@ -155,6 +155,22 @@ CLIENTS_RTT = Quantiles(
 CLIENTS_RETRANSMISSION = "carrier:llm_clients_segments_retransmitted_per_sent:ratio_rate5m"
 
 
+# --- the probes' own TCP streams per carrier (TCP_INFO) ----------------------------------
+
+#: Segments the carrier's probes retransmitted over those they sent.
+PROBE_STREAM_RETRANSMISSION = (
+    "carrier:llm_probe_tcp_segments_retransmitted_per_sent:ratio_rate5m")
+#: Segments that reached the carrier's probes out of order over the data segments received.
+PROBE_STREAM_OUT_OF_ORDER = (
+    "carrier:llm_probe_tcp_segments_out_of_order_per_received:ratio_rate5m")
+PROBE_TCP_RTT = Quantiles(
+    CARRIER, metrics.PROBE_TCP_RTT,
+    "carrier:llm_probe_tcp_rtt_seconds:p50_rate5m",
+    "carrier:llm_probe_tcp_rtt_seconds:p95_rate5m",
+    "carrier:llm_probe_tcp_rtt_seconds:p99_rate5m",
+)
+
+
 # --- peak windows against off-peak -------------------------------------------------------
 
 PROBE_TTFT_PEAK = PeakSeries(

@@ -114,6 +114,33 @@ def clients_recording() -> list[Rule]:
             *quantile_rules(names.CLIENTS_RTT)]
 
 
+#: Probes tagged with a carrier: an untagged probe rides no carrier's path.
+TAGGED = 'carrier!=""'
+
+
+def probe_stream_recording() -> list[Rule]:
+    """Per carrier, its probes' own streams (TCP_INFO): retransmitted over sent and out of
+    order over received segments, the two shares LLMProbeStreamPacketLoss compares with
+    the loss SLO per probe, and the kernel's smoothed RTT."""
+    family = metrics.PROBE_TCP_SEGMENTS
+    label = family.labels[-1]
+    seg = metrics.TcpSegments
+
+    def segments(kind: metrics.TcpSegments) -> str:
+        return rate_sum(CARRIER, f'{family.name}{{{label}="{kind.value}", {TAGGED}}}')
+
+    rtt = names.PROBE_TCP_RTT
+    return [
+        record(names.PROBE_STREAM_RETRANSMISSION,
+               ratio(segments(seg.RETRANSMITTED), segments(seg.SENT))),
+        record(names.PROBE_STREAM_OUT_OF_ORDER,
+               ratio(segments(seg.OUT_OF_ORDER), segments(seg.RECEIVED))),
+        *(record(name, f"histogram_quantile({q:g}, sum by (le, {rtt.level.by}) "
+                       f"(rate({rtt.family.name}_bucket{{{TAGGED}}}[{RATE}])))")
+          for q, name in rtt.by_quantile()),
+    ]
+
+
 def peak_recording(config: Config) -> list[Rule]:
     """Per peak window: P95s and loss while the window is on; off-peak: the same while no
     window is on, plus gated bucket rates whose sum over the baseline window gives a true
@@ -180,6 +207,7 @@ def recording_groups(config: Config) -> list[dict[str, Any]]:
         group("llm-engine.rules", engine_recording()),
         group("llm-path.rules", path_recording(config)),
         group("llm-clients.rules", clients_recording()),
+        group("llm-probe-stream.rules", probe_stream_recording()),
     ]
     peak = peak_recording(config)
     if peak:

@@ -39,6 +39,10 @@ def flatten(report: Report) -> Flat:
             out[f"{where} packet loss {cls}"] = (ratio, "ratio", True)
         for cls, ratio in c.retransmission_ratio.items():
             out[f"{where} real users' retransmission {cls}"] = (ratio, "ratio", True)
+        for cls, ratio in c.stream_retransmission_ratio.items():
+            out[f"{where} probe stream retransmission {cls}"] = (ratio, "ratio", True)
+        for cls, ratio in c.stream_out_of_order_ratio.items():
+            out[f"{where} probe stream out of order {cls}"] = (ratio, "ratio", True)
     for o in report.outcomes:
         where = _where(o.vantage, f"probe {o.probe}")
         for cls, counts in o.by_class.items():

@@ -51,7 +51,8 @@ class Metric(_Model):
 class Carrier(_Model):
     """Per carrier and vantage point: probe TTFT/TPOT (long-context probes excepted), path
     RTT, jitter (RFC 3550) and loss (per burst), the real users' smoothed RTT (the clients
-    check), the packet loss and the real users' retransmission ratio over each class."""
+    check) and the probes' kernel RTT, the packet loss, the real users' retransmission ratio
+    and the probe streams' retransmission and out-of-order ratios over each class."""
 
     vantage: str
     carrier: str
@@ -60,6 +61,10 @@ class Carrier(_Model):
     #: Segments retransmitted over segments sent to the carrier's real users ({} in a
     #: report from before the clients check, so it still reads as a baseline).
     retransmission_ratio: dict[str, float | None] = {}
+    #: The carrier's probes' own streams (TCP_INFO): segments retransmitted over sent, and
+    #: out of order over data segments received ({} in a report from before they did).
+    stream_retransmission_ratio: dict[str, float | None] = {}
+    stream_out_of_order_ratio: dict[str, float | None] = {}
 
 
 class RouteChange(_Model):

@@ -43,6 +43,16 @@ def _gauge(name: str, unit: Unit, data: Samples, key: Key, classes: Sequence[str
     return stats.metric(name, unit, {c: stats.from_samples(per.get(c)) for c in per}, classes)
 
 
+def stream_ratio(part: dict[str, float], whole: dict[str, float], classes: Sequence[str]
+                 ) -> dict[str, float | None]:
+    """Per class, the probes' segments of one kind over those of another ({} when the
+    probes published no TCP_INFO: a report from before it still reads as a baseline)."""
+    if not whole:
+        return {}
+    return {c: stats.ratio(part.get(c, 0.0), whole[c]) if c in whole else None
+            for c in classes}
+
+
 def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
     ttft = col.buckets(metrics.PROBE_TTFT, CARRIER, NOT_LONG)
     tpot = col.buckets(metrics.PROBE_TPOT, CARRIER, NOT_LONG)
@@ -55,6 +65,12 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
     users_rtt = col.buckets(metrics.CLIENTS_RTT, CARRIER)
     segments = col.totals(metrics.CLIENTS_SEGMENTS_SENT, CARRIER)
     retransmitted = col.totals(metrics.CLIENTS_SEGMENTS_RETRANSMITTED, CARRIER)
+    # The probes' own streams (TCP_INFO of their connections), per carrier.
+    probe_rtt = col.buckets(metrics.PROBE_TCP_RTT, CARRIER)
+    family, label = metrics.PROBE_TCP_SEGMENTS, metrics.PROBE_TCP_SEGMENTS.labels[-1]
+    probe_segments = {
+        kind: col.totals(family, CARRIER, f'{{{label}="{kind.value}"}}')
+        for kind in metrics.TcpSegments}
     # The check publishes every carrier's series (and other's) from its first run: a
     # carrier is in the report once its users sent something.
     users = {k for k, per in segments.items() if any(v > 0 for v in per.values())}
@@ -64,8 +80,15 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
                 if c in sent.get(key, {}) else None for c in classes}
         resent = {c: stats.ratio(retransmitted.get(key, {}).get(c, 0.0), segments[key][c])
                   if c in segments.get(key, {}) else None for c in classes}
+        seg = metrics.TcpSegments
+        stream = {part: stream_ratio(probe_segments[part].get(key, {}),
+                                     probe_segments[whole].get(key, {}), classes)
+                  for part, whole in ((seg.RETRANSMITTED, seg.SENT),
+                                      (seg.OUT_OF_ORDER, seg.RECEIVED))}
         out.append(Carrier(
             vantage=key[0], carrier=key[1], loss_ratio=lost, retransmission_ratio=resent,
+            stream_retransmission_ratio=stream[seg.RETRANSMITTED],
+            stream_out_of_order_ratio=stream[seg.OUT_OF_ORDER],
             metrics=[
                 _hist("ttft", ttft, key, classes),
                 _hist("tpot", tpot, key, classes),
@@ -73,6 +96,7 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
                 _gauge("jitter", "s", jitter, key, classes),
                 _gauge("loss", "ratio", loss, key, classes),
                 _hist("users_rtt", users_rtt, key, classes),
+                _hist("probe_tcp_rtt", probe_rtt, key, classes),
             ],
         ))
     return out

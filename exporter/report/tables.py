@@ -13,7 +13,7 @@ from exporter.report.model import Metric, Report
 QS = ("p50", "p95", "p99")
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "rtt": "RTT", "jitter": "jitter (RFC 3550)",
           "loss": "loss per burst", "queue_time": "queue time",
-          "users_rtt": "real users' RTT"}
+          "users_rtt": "real users' RTT", "probe_tcp_rtt": "probes' kernel RTT"}
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,10 @@ def carriers(r: Report) -> Section:
                 "probes excepted), path RTT, jitter and loss per burst, and the real users' "
                 "smoothed RTT (the clients check); Δ is the peak window minus daytime. Packet "
                 "loss is lost over sent packets in the class; real users' retransmission is "
-                "segments retransmitted over segments sent to the carrier's users.",
+                "segments retransmitted over segments sent to the carrier's users; the probe "
+                "streams' are the kernel's counts on the probes' own connections "
+                "(retransmitted over sent, out of order over received), and their kernel RTT "
+                "the smoothed RTT of those connections.",
                 plots=[f"carrier-{i}" for i in range(len(r.carriers))])
     for i, c in enumerate(r.carriers):
         t = Table(f"carrier {fmt.scope(c.vantage, c.carrier)}", _metric_header("metric", r))
@@ -89,6 +92,13 @@ def carriers(r: Report) -> Section:
                 num(c.retransmission_ratio.get(cls), "ratio",
                     fmt.pointer("carriers", i, "retransmission_ratio", cls))
                 for cls in r.classes)])
+        for attr, what in (("stream_retransmission_ratio", "probe stream retransmission"),
+                           ("stream_out_of_order_ratio", "probe stream out of order")):
+            ratios: dict[str, float | None] = getattr(c, attr)
+            if ratios:
+                t.rows.append([Cell(what), Cell("all"), *(
+                    num(ratios.get(cls), "ratio", fmt.pointer("carriers", i, attr, cls))
+                    for cls in r.classes)])
         s.tables.append(t)
     return s
 

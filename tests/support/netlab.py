@@ -250,6 +250,23 @@ class Lab:
               }}
             }}""")
 
+    def arrival_drops(self, ns: str, table: str, match: str, percent: int) -> None:
+        """Drop ``percent`` % of the packets ``match`` (an nftables match) selects as they
+        arrive in ``ns``, counted, in table ``table`` (replacing an earlier one of that
+        name). A drop on arrival is a loss the sender must repair (a retransmission, a gap
+        at the receiver), unlike one on the output hook, which its own stack retries."""
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", table],
+                       capture_output=True)
+        if percent <= 0:
+            return
+        self.nft(ns, f"""
+            table inet {table} {{
+              chain input {{
+                type filter hook input priority 0; policy accept;
+                {match} numgen random mod 100 < {percent} counter drop
+              }}
+            }}""")
+
     def nft_counters(self, ns: str) -> int:
         """Packets counted by every nftables counter in ``ns`` (0 without rules)."""
         ruleset = json.loads(sh("ip", "netns", "exec", ns, "nft", "-j", "list", "ruleset"))

@@ -76,6 +76,8 @@ def day_evening(config: Config) -> db.Dashboard:
         (names.PATH_LOSS, cs, "{{carrier}}/{{target}}", "Packet loss", "percentunit"),
         (names.CLIENTS_RETRANSMISSION, cs, "{{carrier}}", "Real users' retransmission",
          "percentunit"),
+        (names.PROBE_STREAM_RETRANSMISSION, cs, "{{carrier}}", "Probe stream retransmission",
+         "percentunit"),
     ]
     sections.append(Section("Now against a week (or a day) ago", [
         ts(f"{what}: now vs ${COMPARE} ago",

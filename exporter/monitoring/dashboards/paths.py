@@ -79,9 +79,28 @@ def paths(config: Config) -> db.Dashboard:
            f"P50, P95 and P99 of the kernel's smoothed RTT of the users' connections that "
            f"sent data, over {RATE}.", "s", quantiles(names.CLIENTS_RTT, cs, u), span=8),
     ])
+    probes = Section("Probe streams (the kernel's TCP_INFO)", [
+        ts("Probe stream retransmission",
+           f"Segments the carrier's probes retransmitted over segments they sent, over "
+           f"{RATE}: loss on the probes' own streams, whatever ICMP shows (carriers that "
+           f"prioritise ICMP). The line is the loss SLO ({pct(slo.loss_ratio)}); "
+           f"LLMProbeStreamPacketLoss fires over it per probe.", "percentunit",
+           [(f"{names.PROBE_STREAM_RETRANSMISSION}{cs}", u)], threshold=slo.loss_ratio,
+           span=8),
+        ts("Probe stream out of order",
+           f"Segments that reached the carrier's probes out of order over the data "
+           f"segments they received, over {RATE}: the server-to-client direction's losses "
+           f"as the probe sees them. The line is the loss SLO ({pct(slo.loss_ratio)}).",
+           "percentunit", [(f"{names.PROBE_STREAM_OUT_OF_ORDER}{cs}", u)],
+           threshold=slo.loss_ratio, span=8),
+        ts("Probe kernel smoothed RTT",
+           f"P50, P95 and P99 of the kernel's smoothed RTT (tcpi_rtt) of the carrier's "
+           f"probe connections, over {RATE}: beside the ICMP round trip, the one the "
+           f"stream itself has.", "s", quantiles(names.PROBE_TCP_RTT, cs, u), span=8),
+    ])
     return build_dashboard(
         "llm-paths", "LLM latency: network paths",
         "Per-carrier round trip, loss, jitter and route class from the GPU server back to "
-        "users, and the real users' own connections.", ("instance", "carrier"),
-        [rtt, quality, route, users],
+        "users, the real users' own connections and the probes' own streams.",
+        ("instance", "carrier"), [rtt, quality, route, users, probes],
     )

@@ -22,6 +22,7 @@ from exporter.diagnosis.observations import (
     PathWindow,
     ProbeWindow,
 )
+from exporter.diagnosis.steps.network import on_path
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.diagnosis.trends import SPAN, Point
 from exporter.runtime.page import fmt
@@ -92,8 +93,30 @@ def probe_rows(p: ProbeWindow, th: Thresholds) -> list[Row]:
     ]
 
 
-def path_rows(w: PathWindow, th: Thresholds) -> list[Row]:
+#: Per path window (by identity, in one render), the worst of its probes' own streams:
+#: (retransmitted / sent, out of order / received), from TCP_INFO.
+Streams = dict[int, tuple[float | None, float | None]]
+
+
+def _worst(values: Iterator[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
+def streams_of(o: Observations) -> Streams:
+    """The probe streams riding each path of ``o`` (the chain's ``on_path``): the worst
+    probe's, as LLMProbeStreamPacketLoss and the network step judge each probe alone."""
+    out: Streams = {}
+    for w in o.paths:
+        riders = [p for p in o.probes if on_path(p, w)]
+        out[id(w)] = (_worst(p.tcp_retransmit_ratio for p in riders),
+                      _worst(p.tcp_out_of_order_ratio for p in riders))
+    return out
+
+
+def path_rows(w: PathWindow, th: Thresholds, streams: Streams | None = None) -> list[Row]:
     n = len(th.route_class_order)
+    streams = {} if streams is None else streams
+    none: tuple[float | None, float | None] = (None, None)
 
     def score(x: PathWindow) -> float | None:
         # Best class on top: n for the first of route_class_order, 0 for one outside it.
@@ -112,6 +135,12 @@ def path_rows(w: PathWindow, th: Thresholds) -> list[Row]:
             text=f"{fmt.ratio(w.loss)} of {w.sent}"),
         Row("jitter", "jitter", lambda x: x.jitter, fmt.seconds, limit=th.jitter_seconds),
         Row("route_class", "route class", score, named, top=float(n), text=route),
+        # The probes' own streams on this carrier: loss that ICMP may not show (carriers
+        # that prioritise echoes), over the same line as the path's loss.
+        Row("stream_retransmission", "stream retransmitted",
+            lambda x: streams.get(id(x), none)[0], fmt.ratio, limit=th.loss_ratio),
+        Row("stream_out_of_order", "stream out of order",
+            lambda x: streams.get(id(x), none)[1], fmt.ratio, limit=th.loss_ratio),
     ]
 
 
@@ -188,6 +217,9 @@ def tiles(now: Observations, trend: Sequence[Point], th: Thresholds) -> str:
     axis = axis_of(now, trend)
     # Each point's items by key, once per render: a row's series is then one lookup a point.
     index = [(p.end, {key_of(x): x for x in _items(p.obs)}) for p in trend]
+    streams = streams_of(now)
+    for point in trend:
+        streams.update(streams_of(point.obs))
 
     def rows(item: Item, made: list[Row]) -> str:
         key = key_of(item)
@@ -200,7 +232,7 @@ def tiles(now: Observations, trend: Sequence[Point], th: Thresholds) -> str:
                                           f"carrier {p.carrier}"), rows(p, probe_rows(p, th)))
           for p in now.probes),
         *(_tile("path", f"{w.carrier} → {w.target}", _joined(
-            w.region, w.protocol, "peak" if w.in_peak else ""), rows(w, path_rows(w, th)))
+            w.region, w.protocol, "peak" if w.in_peak else ""), rows(w, path_rows(w, th, streams)))
           for w in now.paths),
         *(_tile("clients", f"{c.carrier} users", _joined(
             "real users", c.site, "peak" if c.in_peak else ""), rows(c, client_rows(c, th)))

@@ -1,4 +1,5 @@
-"""``python -m tests.support.lab run SCENARIO.yaml [--source exporter|prometheus] [--json]``
+"""``python -m tests.support.lab run SCENARIO.yaml [--source exporter|prometheus] [--json]
+[--keep] [--screenshot PNG]``
 
 Exit 0 when the diagnosis meets the scenario's ``expect``, 1 when it does not, 2 when the
 scenario file is bad or the lab cannot run (one line on stderr, never a traceback).
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--source", choices=("exporter", "prometheus"), default="exporter")
     run.add_argument("--json", action="store_true", help="print the diagnosis JSON at the end")
     run.add_argument("--keep", action="store_true", help="keep the work folder (logs, config)")
+    run.add_argument("--screenshot", type=Path, metavar="PNG",
+                     help="save the exporter's live page (headless Chromium) once read")
     args = ap.parse_args(argv)
 
     try:
@@ -60,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.scenario.stem
     try:
         results = run_scenario(scenario, workdir, (args.source,),
-                               progress=lambda m: print(f"{name}: {m}", file=sys.stderr))
+                               progress=lambda m: print(f"{name}: {m}", file=sys.stderr),
+                               screenshot=args.screenshot and args.screenshot.resolve())
     except LabError as exc:
         print(f"error: {name}: {exc}", file=sys.stderr)
         return 2

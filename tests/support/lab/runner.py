@@ -359,6 +359,15 @@ class LabRun(NetRun):
             labels.pop("__name__", None)
         return sorted(found, key=lambda a: sorted(a.items()))
 
+    def screenshot(self, png: Path) -> None:
+        """The exporter's live page, from inside the client namespace where it listens."""
+        shot = subprocess.run(
+            ["ip", "netns", "exec", self.net.client, sys.executable, "-m",
+             "tests.support.lab.shot", f"http://127.0.0.1:{EXPORTER_PORT}/", str(png)],
+            capture_output=True, text=True, timeout=90)
+        if shot.returncode != 0:
+            raise LabError(f"screenshot of the live page: {shot.stderr.strip()[-400:]}")
+
     def outcome(self, progress: Callable[[str], None] = lambda _: None,
                 ) -> dict[str, tuple[dict[str, Any], list[str]]]:
         """Run the scenario on the started lab: baseline, apply, settle, then per source
@@ -442,8 +451,13 @@ def _names(verdicts: list[dict[str, Any]]) -> str:
 
 def run_scenario(scenario: Scenario, workdir: Path, sources: tuple[str, ...],
                  progress: Callable[[str], None] = lambda _: None,
+                 screenshot: Path | None = None,
                  ) -> dict[str, tuple[dict[str, Any], list[str]]]:
     """Run one scenario in a lab of its own; per source, the diagnosis and why it misses
-    ``expect`` (the lab's CLI; tests take the ``scenario_lab`` fixture)."""
+    ``expect`` (the lab's CLI; tests take the ``scenario_lab`` fixture). ``screenshot``:
+    the exporter's live page once the diagnosis is read, saved there (PNG)."""
     with LabRun(scenario, workdir, sources) as run:
-        return run.outcome(progress)
+        out = run.outcome(progress)
+        if screenshot is not None:
+            run.screenshot(screenshot)
+        return out

@@ -156,6 +156,11 @@ class CarrierPath(StrictModel):
     delay: Duration = DEFAULT_DELAY  # round trip added by the carrier
     jitter: Duration = 0.0  # +- uniform, of the round trip
     loss: Ratio = 0.0  # per packet, each way
+    #: A share of the carrier's TCP packets dropped as they arrive at either end (the
+    #: carrier's proxy, the client), echoes untouched: a stream that retransmits while ICMP
+    #: is clean, as on carriers that prioritise ICMP. ``loss`` drops where the sender's own
+    #: stack retries, which no segment counter sees (tests/test_probe_tcp_lab.py).
+    stream_loss: Ratio = 0.0
     #: The route once the scenario applies; absent: the carrier's default route.
     hops: list[str] | None = None
     stall: Duration = 0.0  # a gap in each streamed answer, network side
@@ -183,6 +188,10 @@ class CarrierPath(StrictModel):
     @property
     def loss_percent(self) -> int:
         return round(self.loss * 100)
+
+    @property
+    def stream_loss_percent(self) -> int:
+        return round(self.stream_loss * 100)
 
 
 class Gpu(StrictModel):

@@ -50,6 +50,15 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition("LLMPathPacketLoss",
                ("LLMProbeTTFTHigh", "LLMProbeTTFTPeakDrift", "LLMExporterCheckFailing"),
                ("carrier", *FLEET)),
+    # Real users of a carrier retransmitting is the same loss, seen by TCP.
+    Inhibition("LLMClientsRetransmissionHigh", ("LLMProbeTTFTHigh", "LLMProbeTTFTPeakDrift"),
+               ("carrier", *FLEET)),
+    # A probe's own stream losing packets explains its slow tokens: each loss waits a
+    # retransmission timeout.
+    Inhibition("LLMProbeStreamPacketLoss",
+               ("LLMProbeTTFTHigh", "LLMProbeTPOTHigh", "LLMProbeStreamStalls",
+                "LLMProbeTTFTPeakDrift"),
+               ("probe", *WHERE)),
     # A down engine fails its probes from every vantage point: the engine's name suffices.
     Inhibition("LLMEngineDown",
                ("LLMProbeFailureRatioHigh", "LLMProbeErrorBudgetBurn", "LLMProbeAbsent"),

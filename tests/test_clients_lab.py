@@ -56,8 +56,7 @@ def build(lab: Lab) -> tuple[str, str]:
             # moves to the carrier's namespace, so the carrier reaches the site through it.
             a, b = f"{lab.tag}ta", f"{lab.tag}tb"
             lab.spawn_ready(site, [sys.executable, str(SUPPORT / "tun_delay.py"), "--a", a,
-                                   "--b", b, "--delay", str(DELAY)], "tun delay",
-                            realtime=True)
+                                   "--b", b, "--delay", str(DELAY)], "tun delay")
             sh("ip", "-n", site, "link", "set", a, "netns", ns)
             for where, dev, own, peer in ((site, b, f"{net}.1", f"{net}.2"),
                                           (ns, a, f"{net}.2", f"{net}.1")):

@@ -31,13 +31,13 @@ from typing import TypeVar
 
 import pytest
 
+#: The lab's userspace stand-ins for a delay qdisc (this responder, ``lab/delay_proxy.py``,
+#: ``tun_delay.py``) take real-time priority where allowed (root, as the labs run), as the
+#: kernel's netem would run in softirq: a test computing beside them must not make them wake
+#: late, which would read as path delay. They sleep nearly always, and the kernel's RT
+#: throttling leaves others 5 % of each core regardless.
 RESPONDER = Path(__file__).resolve().parent / "netlab_responder.py"
 PROXY = Path(__file__).resolve().parent / "lab" / "delay_proxy.py"
-#: The lab's userspace stand-ins for a delay qdisc (the echo responder, the delay proxy, the
-#: TUN delay) run at real-time priority, as the kernel's netem would run in softirq: a test
-#: computing beside them must not make them wake late, which would read as path delay. (The
-#: kernel's RT throttling still leaves others 5 % of each core; they sleep nearly always.)
-REALTIME = ("chrt", "--fifo", "10")
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
@@ -207,7 +207,7 @@ class Lab:
         ]
         if tcp_port:
             args += ["--tcp-port", str(tcp_port)]
-        return Responder(self.spawn_ready(ns, args, "responder", realtime=True), log)
+        return Responder(self.spawn_ready(ns, args, "responder"), log)
 
     def delay_proxy(
         self,
@@ -228,7 +228,7 @@ class Lab:
             "--delay", str(delay), "--jitter", str(jitter), "--seed", str(seed),
             "--stall", str(stall), "--stall-after", str(stall_after),
         ]
-        return self.spawn_ready(ns, args, "delay proxy", realtime=True)
+        return self.spawn_ready(ns, args, "delay proxy")
 
     def tcp_drops(self, ns: str, port: int, percent: int) -> None:
         """Drop ``percent`` % of the TCP packets to and from ``port`` in ``ns``, both ways
@@ -278,11 +278,9 @@ class Lab:
             if isinstance(e, dict) and "counter" in e
         )
 
-    def spawn_ready(self, ns: str, args: list[str], what: str, realtime: bool = False
-                    ) -> subprocess.Popen[bytes]:
-        """``spawn``, then wait for the process's ``ready`` line; ``realtime`` for a stand-in
-        of the kernel's delay (``REALTIME``)."""
-        proc = self.spawn(ns, [*REALTIME, *args] if realtime else args, stdout=subprocess.PIPE)
+    def spawn_ready(self, ns: str, args: list[str], what: str) -> subprocess.Popen[bytes]:
+        """``spawn``, then wait for the process's ``ready`` line."""
+        proc = self.spawn(ns, args, stdout=subprocess.PIPE)
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != b"ready":  # listening before anyone probes
             raise RuntimeError(f"{what} in {ns} did not start (exit {proc.poll()})")

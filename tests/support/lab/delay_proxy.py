@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import signal
 from dataclasses import dataclass
@@ -149,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stall-after", type=int, default=3, help="chunks into each answer")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
+    with contextlib.suppress(PermissionError):  # real time where allowed: netlab.py says why
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
     if args.jitter > args.delay:
         ap.error("jitter must not exceed delay")
     shape = Shape(args.delay / 2, args.jitter / 2, args.stall, args.stall_after)

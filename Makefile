@@ -59,7 +59,7 @@ lint: install-test
 	$(BIN)/ruff check .
 
 typecheck: install-test
-	$(BIN)/mypy exporter
+	$(BIN)/mypy exporter tests benchmarks
 
 # The test tiers (docs/architecture.md, "Tests"). A test needing a part (network
 # namespaces, Prometheus and its kin, Chromium, vLLM) or a long wait gets its marker from

@@ -61,6 +61,14 @@ def median_ms(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times) * 1000
 
 
+def timings(obs: Observations, th: Thresholds, repeat: int) -> tuple[float, float, float]:
+    """Median ms of the evaluation, of it with its JSON form, and of the reference walk."""
+    ours = median_ms(lambda: diagnose(obs, th), repeat)
+    full = median_ms(lambda: json.dumps(diagnose(obs, th).to_json()), repeat)
+    ref = median_ms(lambda: json.dumps(dataclasses.asdict(obs), default=str), repeat)
+    return ours, full, ref
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--repeat", type=int, default=2000, help="timed runs per measurement")
@@ -76,10 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         d = diagnose(obs, th)
         evidence = sum(len(s.evidence) for s in d.steps) + sum(len(v.evidence)
                                                                 for v in d.verdicts)
-        ours = median_ms(lambda o=obs: diagnose(o, th), args.repeat)
-        full = median_ms(lambda o=obs: json.dumps(diagnose(o, th).to_json()), args.repeat)
-        ref = median_ms(lambda o=obs: json.dumps(dataclasses.asdict(o), default=str),
-                        args.repeat)
+        ours, full, ref = timings(obs, th, args.repeat)
         print(f"{name:>8} {len(d.verdicts):>8} {evidence:>8} {ours:>11.3f} {full:>9.3f} "
               f"{ref:>7.3f} {ours / ref:>5.2f}x")
         ok = ok and ours < TARGET_MS

@@ -200,10 +200,11 @@ def per_call_costs() -> tuple[float, float]:
     util = N.c_nvmlUtilization_t()
     c_fn = fake.nvmlDeviceGetUtilizationRates
     out = []
-    for fn in (
+    calls: tuple[Callable[[], object], ...] = (
         lambda: c_fn(h, ctypes.byref(util)),
         lambda: N.nvmlDeviceGetUtilizationRates(h),
-    ):
+    )
+    for fn in calls:
         runs = []
         for _ in range(200):
             t0 = time.perf_counter_ns()

@@ -332,7 +332,10 @@ def errors(measured: dict[str, list[float]], truth: dict[str, list[float]]) -> d
             itl.append(abs((got[k] - got[k - 1]) - (true[k] - true[k - 1])))
     if mismatched or not ttft:
         raise SystemExit(f"{mismatched} requests did not match the server's record")
-    q = lambda xs, p: statistics.quantiles(xs, n=100, method="inclusive")[p - 1]  # noqa: E731
+
+    def q(xs: list[float], p: int) -> float:
+        return statistics.quantiles(xs, n=100, method="inclusive")[p - 1]
+
     return {"ttft_p50": q(ttft, 50), "ttft_p99": q(ttft, 99), "itl_p50": q(itl, 50),
             "itl_p99": q(itl, 99), "requests": len(ttft)}
 

@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,8 +187,8 @@ def window(s: Soak, lo: float, hi: float) -> dict[str, float]:
     took = [v for at, v in s.scrapes if lo <= at < hi]
     span = ticks[-1].at - ticks[0].at if len(ticks) > 1 else float("nan")
 
-    def kept(attr: str, interval: float) -> float:
-        done = getattr(ticks[-1], attr) - getattr(ticks[0], attr)
+    def kept(counter: Callable[[Tick], float], interval: float) -> float:
+        done = counter(ticks[-1]) - counter(ticks[0])
         return done / (span / interval)
 
     return {
@@ -198,8 +199,8 @@ def window(s: Soak, lo: float, hi: float) -> dict[str, float]:
         "metrics_p99_ms": 1000 * quantile(took, 0.99),
         "metrics_kb": statistics.median(t.metrics_bytes for t in ticks) / 1024,
         "series": statistics.median(t.series for t in ticks),
-        "probe_runs_kept": kept("probe_runs", PROBE_INTERVAL),
-        "engine_runs_kept": kept("engine_runs", ENGINE_INTERVAL),
+        "probe_runs_kept": kept(lambda t: t.probe_runs, PROBE_INTERVAL),
+        "engine_runs_kept": kept(lambda t: t.engine_runs, ENGINE_INTERVAL),
     }
 
 

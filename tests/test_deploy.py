@@ -523,7 +523,7 @@ def test_native_stack_renders_the_same_prometheus_config_and_local_receivers(
 
 
 def test_local_receivers_replaces_every_kind_of_endpoint() -> None:
-    config = {
+    config: dict[str, Any] = {
         "global": {"smtp_smarthost": "mail.example.com:587", "slack_api_url": "https://x"},
         "receivers": [
             {"name": "pager", "webhook_configs": [{"url": "https://a", "send_resolved": True}],

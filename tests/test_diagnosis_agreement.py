@@ -191,12 +191,13 @@ def test_the_observations_agree_too(fleet: dict[str, Any], config: Config) -> No
     assert [p.probe for p in mine.probes] == [p.probe for p in theirs.probes]
     for a, b in zip(mine.probes, theirs.probes, strict=True):
         assert _same(a, b)
-    for a, b in zip(mine.paths, sorted(theirs.paths, key=lambda p: p.carrier), strict=True):
-        assert _same(a, b)
+    for path_a, path_b in zip(mine.paths, sorted(theirs.paths, key=lambda p: p.carrier),
+                              strict=True):
+        assert _same(path_a, path_b)
     assert sorted(c.carrier for c in mine.clients) == sorted(recorded.CLIENTS)
-    for a, b in zip(sorted(mine.clients, key=lambda c: c.carrier),
-                    sorted(theirs.clients, key=lambda c: c.carrier), strict=True):
-        assert _same(a, b)
+    for client_a, client_b in zip(sorted(mine.clients, key=lambda c: c.carrier),
+                                  sorted(theirs.clients, key=lambda c: c.carrier), strict=True):
+        assert _same(client_a, client_b)
     # Both gauges held the clocks: gpu 0 throttled in the window, gpu 1 had its XID.
     assert [g.clock_events for g in mine.gpus] == [g.clock_events for g in theirs.gpus]
     assert [g.xid_errors for g in mine.gpus] == [g.xid_errors for g in theirs.gpus] == [0, 1]

@@ -217,7 +217,7 @@ def test_route_classes_and_batch_peaks_between_coarse_snapshots_are_kept() -> No
 def test_deques_and_snapshots_never_exceed_their_bounds() -> None:
     h = History(window=10, interval=1, history=100, coarse_step=5, max_values=50)
     fine_max, coarse_max = h.fine.maxlen, h.coarse.maxlen
-    assert (fine_max, coarse_max) == (12, 21)
+    assert fine_max == 12 and coarse_max == 21
     for t in range(2000):
         # More series every tick (a cardinality explosion) and counters that keep growing.
         samples = [(REQ, {**PROBE, "outcome": f"o{i}"}, float(t)) for i in range(t % 120)]

@@ -82,9 +82,11 @@ async def test_the_store_renders_what_prometheus_client_does(listener: int) -> N
 
         zipped = gzip.decompress(await app.metrics_body(False, gzipped=True)).decode()
         assert parse(zipped).keys() == whole.keys()
-        om = (await app.metrics_body(True)).decode()
-        assert om.endswith("# EOF\n") and om.count("# EOF") == 1
-        families = {f.name: f for f in om_parse(om)}  # the strict OpenMetrics parser
+        om_text = (await app.metrics_body(True)).decode()
+        assert om_text.endswith("# EOF\n") and om_text.count("# EOF") == 1
+        # The strict OpenMetrics parser; prometheus_client leaves it unannotated.
+        parsed = om_parse(om_text)  # type: ignore[no-untyped-call]
+        families: dict[str, Metric] = {f.name: f for f in parsed}
         assert families["llm_path_packets_sent"].type == "counter"
         assert families["llm_exporter_check_runs"].type == "counter"
     finally:
@@ -227,7 +229,7 @@ async def test_render_is_off_the_event_loop(listener: int) -> None:
             seen.append(threading.current_thread().name)
             yield GaugeMetricFamily("spy", "where the render ran", value=1)
 
-    app.registry.register(Spy())  # type: ignore[arg-type]
+    app.registry.register(Spy())
     try:
         body = await app.metrics_body(False)
         assert b"spy 1.0" in body

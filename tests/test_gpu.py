@@ -113,10 +113,14 @@ def install() -> Iterator[Callable[[FakeNvml | None], None]]:
     pynvml._nvmlLib_refcount = saved[2]
 
 
+#: The make fixture: (gpus, devices, missing) -> a fake library installed, a sampler on it.
+MakeSampler = Callable[..., tuple[FakeNvml, NvmlSampler]]
+
+
 @pytest.fixture
 def make(
     install: Callable[[FakeNvml | None], None], clock: FakeClock
-) -> Iterator[Callable[..., tuple[FakeNvml, NvmlSampler]]]:
+) -> Iterator[MakeSampler]:
     samplers: list[NvmlSampler] = []
 
     def _make(
@@ -164,7 +168,7 @@ def two_ticks(sampler: NvmlSampler, clock: FakeClock) -> Scrape:
 
 
 def test_h200_has_every_series_with_values_converted(
-    make: Callable[..., Any], clock: FakeClock
+    make: MakeSampler, clock: FakeClock
 ) -> None:
     fake, sampler = make()
     fake.xid(0, 79)
@@ -209,7 +213,7 @@ def test_h200_has_every_series_with_values_converted(
     assert procs == {("4242", "python3"): 120 * GiB, ("4343", "tritonserver"): 6 * GiB}
 
 
-def test_eight_mixed_gpus_values_match_the_fake(make: Callable[..., Any], clock: FakeClock) -> None:
+def test_eight_mixed_gpus_values_match_the_fake(make: MakeSampler, clock: FakeClock) -> None:
     fake, sampler = make()
     s = two_ticks(sampler, clock)
     assert len(s.find("llm_gpu_up")) == 8
@@ -258,7 +262,7 @@ def test_eight_mixed_gpus_values_match_the_fake(make: Callable[..., Any], clock:
     assert bandwidth == pytest.approx(0.80 * 2619e6 * 2 * 6144 / 8)
 
 
-def test_a100_has_everything_but_gpm(make: Callable[..., Any], clock: FakeClock) -> None:
+def test_a100_has_everything_but_gpm(make: MakeSampler, clock: FakeClock) -> None:
     fake, sampler = make()
     fake.xid(2, 48)
     s = two_ticks(sampler, clock)
@@ -269,7 +273,7 @@ def test_a100_has_everything_but_gpm(make: Callable[..., Any], clock: FakeClock)
 # --- GPM -----------------------------------------------------------------------------------
 
 
-def test_gpm_two_samples_at_least_100ms_apart(make: Callable[..., Any], clock: FakeClock) -> None:
+def test_gpm_two_samples_at_least_100ms_apart(make: MakeSampler, clock: FakeClock) -> None:
     fake, sampler = make()
     sampler.tick()
     assert not Scrape(sampler).names(0) & GPM_ONLY  # one sample is no window yet
@@ -282,7 +286,9 @@ def test_gpm_two_samples_at_least_100ms_apart(make: Callable[..., Any], clock: F
     sampler.tick()
     assert Scrape(sampler).get("llm_gpu_sm_occupancy_ratio", gpu="0") == pytest.approx(0.375)
     # The fake answers with its current values: a change shows in the next window.
-    fake.gpus[0].gpm[pynvml.NVML_GPM_METRIC_SM_OCCUPANCY] = 12.5  # type: ignore[index]
+    gpm = fake.gpus[0].gpm
+    assert gpm is not None  # GPU 0 is the H200, a Hopper
+    gpm[pynvml.NVML_GPM_METRIC_SM_OCCUPANCY] = 12.5
     clock.advance(0.03)
     sampler.tick()  # closer than 100 ms to the last sample: the last window stands
     assert Scrape(sampler).get("llm_gpu_sm_occupancy_ratio", gpu="0") == pytest.approx(0.375)
@@ -302,7 +308,7 @@ def test_gpm_two_samples_at_least_100ms_apart(make: Callable[..., Any], clock: F
 # --- degrading per metric ------------------------------------------------------------------
 
 
-def test_not_supported_drops_only_that_series(make: Callable[..., Any], clock: FakeClock) -> None:
+def test_not_supported_drops_only_that_series(make: MakeSampler, clock: FakeClock) -> None:
     fake, sampler = make()
     fake.gpus[1].not_supported |= {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperatureV"}
     s = two_ticks(sampler, clock)
@@ -324,7 +330,7 @@ def test_not_supported_drops_only_that_series(make: Callable[..., Any], clock: F
 
 
 def test_old_driver_missing_symbols_fall_back_or_go_absent(
-    make: Callable[..., Any], clock: FakeClock
+    make: MakeSampler, clock: FakeClock
 ) -> None:
     fake, sampler = make(missing=OLD_DRIVER_MISSING | {"nvmlDeviceGetTotalEnergyConsumption"})
     s = two_ticks(sampler, clock)
@@ -348,7 +354,7 @@ def test_old_driver_missing_symbols_fall_back_or_go_absent(
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 2 * per_tick
 
 
-def test_process_memory_capped_at_16_per_gpu(make: Callable[..., Any], clock: FakeClock) -> None:
+def test_process_memory_capped_at_16_per_gpu(make: MakeSampler, clock: FakeClock) -> None:
     gpu = h200()
     gpu.processes = [(1000 + n, n * GiB) for n in range(1, 21)]
     gpu.processes += [(1020, 5 * GiB), (2000, None)]  # a second MIG slice of 1020; no data
@@ -367,7 +373,7 @@ def test_process_memory_capped_at_16_per_gpu(make: Callable[..., Any], clock: Fa
 
 
 def test_devices_filter(
-    make: Callable[..., Any], clock: FakeClock, caplog: pytest.LogCaptureFixture
+    make: MakeSampler, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake, sampler = make(devices=[5, 0, 9])
     with caplog.at_level(logging.WARNING, "exporter.checks.gpu"):
@@ -382,7 +388,7 @@ def test_devices_filter(
 
 
 def test_gpu_lost_and_regained(
-    make: Callable[..., Any], clock: FakeClock, caplog: pytest.LogCaptureFixture
+    make: MakeSampler, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake, sampler = make()
     two_ticks(sampler, clock)
@@ -418,7 +424,7 @@ def test_gpu_lost_and_regained(
 
 
 def test_lost_gpu_that_needs_a_fresh_enumeration(
-    make: Callable[..., Any], clock: FakeClock
+    make: MakeSampler, clock: FakeClock
 ) -> None:
     fake, sampler = make()
     two_ticks(sampler, clock)
@@ -444,7 +450,7 @@ def test_lost_gpu_that_needs_a_fresh_enumeration(
     assert Scrape(sampler).get("llm_gpu_tensor_active_ratio", gpu="1") == pytest.approx(0.705)
 
 
-def test_xid_events_polled_without_waiting(make: Callable[..., Any], clock: FakeClock) -> None:
+def test_xid_events_polled_without_waiting(make: MakeSampler, clock: FakeClock) -> None:
     fake, sampler = make()
     for gpu, code in ((0, 79), (0, 79), (5, 13), (6, 999)):
         fake.xid(gpu, code)
@@ -466,7 +472,7 @@ def test_xid_events_polled_without_waiting(make: Callable[..., Any], clock: Fake
 
 
 def test_driver_restart_reinitializes_nvml(
-    make: Callable[..., Any], clock: FakeClock, caplog: pytest.LogCaptureFixture
+    make: MakeSampler, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake, sampler = make()
     fake.xid(2, 94)
@@ -522,7 +528,7 @@ def test_library_not_found(
     assert fake.refcount == 0
 
 
-def test_close_releases_every_nvml_resource(make: Callable[..., Any], clock: FakeClock) -> None:
+def test_close_releases_every_nvml_resource(make: MakeSampler, clock: FakeClock) -> None:
     fake, sampler = make()
     two_ticks(sampler, clock)
     assert fake.refcount == 1 and len(fake.gpm_samples) == 6 and len(fake.event_sets) == 1
@@ -535,7 +541,7 @@ def test_close_releases_every_nvml_resource(make: Callable[..., Any], clock: Fak
 # --- the check: worker thread, one sampler at a time, the App ------------------------------
 
 
-async def test_check_never_runs_two_samplers_at_once(make: Callable[..., Any]) -> None:
+async def test_check_never_runs_two_samplers_at_once(make: MakeSampler) -> None:
     fake, sampler = make()
     check = GpuCheck(parse_config("gpu: {}").gpu, sampler)  # type: ignore[arg-type]
     await check.run()

@@ -8,15 +8,17 @@ from __future__ import annotations
 import datetime as dt
 import math
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 
 from exporter import metrics, redact
 from exporter.checks.base import Check
 from exporter.config.load import parse_config
+from exporter.diagnosis.families import RawSample
 from exporter.diagnosis.observations import ClientWindow, Observations, PathWindow, ProbeWindow
 from exporter.diagnosis.trends import SPAN, Trends
-from exporter.diagnosis.windows import History, RawSample
+from exporter.diagnosis.windows import History
 from exporter.runtime import page
 from exporter.runtime.page import fmt
 from exporter.runtime.page.spark import sparkline
@@ -122,7 +124,7 @@ class Hostile(Check):
         return "http://user:hunter22@host/v1?key=topsecret <b>bold</b>"
 
 
-def _view(diagnosis: dict[str, object] | None, obs: Observations | None,
+def _view(diagnosis: dict[str, Any] | None, obs: Observations | None,
           checks: list[tuple[Check, CheckState | None]]) -> page.View:
     return page.View(version="1.0<", config_path="/etc/<x>.yaml",
                      config=parse_config(CONFIG), checks=checks, diagnosis=diagnosis,

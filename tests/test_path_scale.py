@@ -16,6 +16,7 @@ import pytest
 from exporter.checks.path import check as path
 from exporter.checks.path.check import PathCheck
 from exporter.checks.path.route import RouteCheck, Tracer
+from exporter.checks.path.routes import load_table
 from exporter.config.load import parse_config
 from tests.support.netlab import Lab, in_netns
 from tests.support.samples import Exposed, published_value
@@ -141,7 +142,7 @@ def test_traceroute_rounds_parallel_and_late(
             # Each trace: 4 waves of 100 ms (nothing answers) + a 50 ms gap.
             tracer = Tracer(parallelism, route_interval=1.2, gap=0.05)
             checks = [
-                RouteCheck("lab", t, 1.2, paths.timeout, path.load_table(), tracer)
+                RouteCheck("lab", t, 1.2, paths.timeout, load_table(), tracer)
                 for t in paths.carriers["lab"]
             ]
             reg.add(*checks)

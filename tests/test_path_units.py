@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import random
 import socket
 import statistics
@@ -14,11 +15,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from exporter.checks.path import check as path
 from exporter.checks.path.check import PathCheck, PathError, run_burst
+from exporter.checks.path.icmp import IcmpAccess
 from exporter.checks.path.jitter import mean_abs_diff, rfc3550, rtt_diffs
 from exporter.checks.path.routes import OTHER, UNKNOWN, RouteTableError, load_table
 from exporter.config.load import load_config, parse_config
@@ -141,9 +144,11 @@ def test_rfc3550_estimator() -> None:
     rng = random.Random(7)
     a = 0.025
     rtts = [0.2 + rng.uniform(-a, a) for _ in range(20000)]
-    samples, j = [], None
+    samples: list[float] = []
+    j = None
     for burst in range(0, len(rtts), 20):
         j = rfc3550(j, rtt_diffs(rtts[burst : burst + 20]))
+        assert j is not None  # a burst of 20 has diffs
         samples.append(j)
     assert statistics.fmean(samples) == pytest.approx(2 * a / 3, rel=0.03)
 
@@ -166,7 +171,12 @@ class FakePath:
         if i in self.errors:
             fut.set_exception(self.errors[i])
         elif (delay := self.delays[i]) is not None:
-            loop.call_later(delay, lambda: fut.done() or fut.set_result(delay))
+
+            def settle() -> None:
+                if not fut.done():
+                    fut.set_result(delay)
+
+            loop.call_later(delay, settle)
         return fut
 
 
@@ -240,7 +250,7 @@ def listeners() -> Iterator[Callable[[str], int]]:
     def listen(addr: str) -> int:
         nonlocal port
         s = socket.create_server((addr, port), backlog=128)
-        port = s.getsockname()[1]
+        port = cast(int, s.getsockname()[1])  # the socket module types its address as Any
         socks.append(s)
         return port
 
@@ -259,7 +269,7 @@ def tcp_check(port: int, resolve: path.Resolver | None = None) -> tuple[PathChec
         "lab",
         cfg.paths.carriers["lab"][0],
         cfg.paths,
-        path.IcmpAccess(),
+        IcmpAccess(),
         resolve=resolve or (lambda _h: asyncio.sleep(0, "127.0.0.1")),
     )
     return check, Exposed(check)
@@ -325,8 +335,8 @@ def test_no_icmp_socket_means_permission_with_both_fixes(
     def denied(*_: object) -> socket.socket:
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
-    monkeypatch.setattr(path.socket, "socket", denied)
-    access = path.IcmpAccess()
+    monkeypatch.setattr(socket, "socket", denied)  # the module IcmpAccess opens sockets from
+    access = IcmpAccess()
     with caplog.at_level(logging.INFO, logger="exporter.path"):
         assert access.mode is None and access.mode is None
     [record] = caplog.records  # once, not once per target or burst
@@ -436,7 +446,7 @@ def test_burst_must_fit_the_interval() -> None:
 def test_lab_skips_without_root_except_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.support import netlab
 
-    monkeypatch.setattr(netlab.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the os module netlab asks
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match="needs root"):
         netlab.require_lab()

@@ -14,8 +14,8 @@ from tests.support.samples import find
 UTC = dt.UTC
 
 
-def ts(*args: int) -> float:
-    return dt.datetime(*args, tzinfo=UTC).timestamp()
+def ts(year: int, month: int, day: int, hour: int, minute: int, second: int) -> float:
+    return dt.datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
 
 
 def gauge(config_text: str, now: float) -> dict[str, float]:

@@ -92,7 +92,10 @@ async def test_ok_probe_records_every_family(healthy: Simulator) -> None:
         assert await run(check) is None  # within keep-alive: the connection is reused
     finally:
         await check.close()
-    v = lambda name, **kw: value(name, check, **kw)  # noqa: E731
+
+    def v(name: str, **labels: str) -> float | None:
+        return value(name, check, **labels)
+
     assert check.endpoint == healthy.target
     assert v("llm_probe_requests_total", outcome="ok") == 2
     assert v("llm_probe_requests_total", outcome="http_5xx") == 0  # pre-created

@@ -127,7 +127,10 @@ async def test_probe_connection_tcp_statistics(sim: Simulator) -> None:
         await run(check)  # the connection is reused: counted from where the first ended
     finally:
         await check.close()
-    v = lambda name, **kw: value(check, name, **kw)  # noqa: E731
+
+    def v(name: str, **labels: str) -> float:
+        return value(check, name, **labels)
+
     for family in ("llm_probe_tcp_rtt_seconds", "llm_probe_tcp_rttvar_seconds",
                    "llm_probe_tcp_min_rtt_seconds"):
         assert v(f"{family}_count") == 2, family
@@ -193,7 +196,10 @@ async def test_nim_stats_split_the_same_way(
         await run(check)
     finally:
         await check.close()
-    v = lambda part: value(check, "llm_probe_server_timing_seconds_sum", part=part)  # noqa: E731
+
+    def v(part: str) -> float:
+        return value(check, "llm_probe_server_timing_seconds_sum", part=part)
+
     assert value(check, "llm_probe_server_split_total", split="exact") == 1
     assert v("queue") == pytest.approx(0.003)
     assert v("prefill") == pytest.approx(0.009)

@@ -16,7 +16,7 @@ import pytest
 from exporter.checks.probe.check import ProbeCheck, ProbeFailed
 from tests.support.netlab import Lab, in_netns
 from tests.support.procs import exporter_cmd, http_get, wait_until
-from tests.support.simulator import FAST, simulate_args
+from tests.support.simulator import simulate_args
 from tests.support.split import make_probe, value
 
 PORT = 18000
@@ -54,7 +54,7 @@ def test_a_lossy_link_shows_in_the_probes_segments(lab: Lab, tmp_path: Path) -> 
     lab.link(client, "198.18.40.1", server, SERVER)
     log = (tmp_path / "sim.log").open("wb")
     lab.spawn(server, exporter_cmd(*simulate_args(
-        PORT, "--host", SERVER, "--enable-per-request-metrics", output_len=64, **FAST)),
+        PORT, "--host", SERVER, "--enable-per-request-metrics", fast=True, output_len=64)),
         stdout=log, stderr=log)
     url = f"http://{SERVER}:{PORT}/v1/chat/completions"
     wait_until(lambda: in_netns(client, lambda: http_get(f"http://{SERVER}:{PORT}/health",

@@ -129,12 +129,12 @@ def test_a_failing_component_stops_everything_started_before_it(tmp_path: Path,
         recorded.append(Service(name, proc.pid, 0, url, log))
         original(name, proc, url, log)
 
-    stack._wait_ready = spy  # type: ignore[assignment]
+    stack._wait_ready = spy
     try:
         with pytest.raises(stack.StackError, match="prometheus exited"):
             stack.up(root, stack_ports, state, workdir)
     finally:
-        stack._wait_ready = original  # type: ignore[assignment]
+        stack._wait_ready = original
     assert [s.name for s in recorded][-1] == "prometheus" and len(recorded) == 5
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not all(gone(s.pid) for s in recorded):

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.support.procs import ROOT
+from tests.support import ROOT
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page

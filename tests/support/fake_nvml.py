@@ -27,7 +27,19 @@ from typing import Any, TypeVar
 
 import pynvml as N
 
-OK = N.NVML_SUCCESS
+# pynvml ships no types, so its constants read as Any; the C return codes the fake answers
+# with are ints, typed once here.
+OK: int = N.NVML_SUCCESS
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH: int = N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+NVML_ERROR_DRIVER_NOT_LOADED: int = N.NVML_ERROR_DRIVER_NOT_LOADED
+NVML_ERROR_GPU_IS_LOST: int = N.NVML_ERROR_GPU_IS_LOST
+NVML_ERROR_INSUFFICIENT_SIZE: int = N.NVML_ERROR_INSUFFICIENT_SIZE
+NVML_ERROR_INVALID_ARGUMENT: int = N.NVML_ERROR_INVALID_ARGUMENT
+NVML_ERROR_NOT_FOUND: int = N.NVML_ERROR_NOT_FOUND
+NVML_ERROR_NOT_SUPPORTED: int = N.NVML_ERROR_NOT_SUPPORTED
+NVML_ERROR_TIMEOUT: int = N.NVML_ERROR_TIMEOUT
+NVML_ERROR_UNINITIALIZED: int = N.NVML_ERROR_UNINITIALIZED
+
 HANDLE_BASE = 0x7F0000000000
 EPOCH_STRIDE = 0x100000
 GPU_STRIDE = 0x1000
@@ -68,7 +80,7 @@ class FakeGpu:
 def _write_str(buf: Any, length: Any, text: str) -> int:
     data = text.encode() + b"\0"
     if len(data) > length.value:
-        return N.NVML_ERROR_INSUFFICIENT_SIZE
+        return NVML_ERROR_INSUFFICIENT_SIZE
     ctypes.memmove(buf, data, len(data))
     return OK
 
@@ -93,7 +105,7 @@ def _device(fn: F) -> F:
         if isinstance(gpu, int):
             return gpu
         if symbol in gpu.not_supported:
-            return N.NVML_ERROR_NOT_SUPPORTED
+            return NVML_ERROR_NOT_SUPPORTED
         return fn(self, gpu, *args)
 
     return wrapper  # type: ignore[return-value]
@@ -173,9 +185,9 @@ class FakeNvml:
                     self.block.wait()
                 if name not in ("nvmlInitWithFlags", "nvmlErrorString"):
                     if not self.driver_loaded:
-                        return N.NVML_ERROR_DRIVER_NOT_LOADED
+                        return NVML_ERROR_DRIVER_NOT_LOADED
                     if self.refcount == 0:
-                        return N.NVML_ERROR_UNINITIALIZED
+                        return NVML_ERROR_UNINITIALIZED
                 return impl(self, *args)
             finally:
                 with self._lock:
@@ -191,9 +203,9 @@ class FakeNvml:
         offset = _pointer_value(handle) - HANDLE_BASE - self.epoch * EPOCH_STRIDE
         index, rest = divmod(offset, GPU_STRIDE)
         if rest or not 0 <= index < len(self.gpus):
-            return N.NVML_ERROR_INVALID_ARGUMENT  # a handle from an earlier driver instance
+            return NVML_ERROR_INVALID_ARGUMENT  # a handle from an earlier driver instance
         gpu = self.gpus[index]
-        return N.NVML_ERROR_GPU_IS_LOST if gpu.lost else gpu
+        return NVML_ERROR_GPU_IS_LOST if gpu.lost else gpu
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -202,7 +214,7 @@ class FakeNvml:
     # --- init and system -------------------------------------------------------------------
     def _c_nvmlInitWithFlags(self, flags: int) -> int:
         if not self.driver_loaded:
-            return N.NVML_ERROR_DRIVER_NOT_LOADED
+            return NVML_ERROR_DRIVER_NOT_LOADED
         self.refcount += 1
         self.inits += 1
         return OK
@@ -224,7 +236,7 @@ class FakeNvml:
     def _c_nvmlSystemGetProcessName(self, pid: Any, buf: Any, length: Any) -> int:
         name = self.process_names.get(pid.value)
         if name is None:
-            return N.NVML_ERROR_NOT_FOUND
+            return NVML_ERROR_NOT_FOUND
         return _write_str(buf, length, name)
 
     def _c_nvmlDeviceGetCount_v2(self, out: Any) -> int:
@@ -234,10 +246,10 @@ class FakeNvml:
     def _c_nvmlDeviceGetHandleByIndex_v2(self, index: Any, out: Any) -> int:
         i = index.value
         if i >= len(self.gpus):
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         gpu = self.gpus[i]
         if gpu.lost or self.inits < gpu.hidden_until_init:
-            return N.NVML_ERROR_GPU_IS_LOST
+            return NVML_ERROR_GPU_IS_LOST
         _set_pointer(ctypes.addressof(out._obj), self.handle_of(i))
         return OK
 
@@ -268,7 +280,7 @@ class FakeNvml:
     def _c_nvmlDeviceGetMemoryInfo_v2(self, gpu: FakeGpu, out: Any) -> int:
         m = out._obj
         if m.version != N.nvmlMemory_v2:
-            return N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         m.total, m.reserved, m.used = gpu.memory_total, gpu.memory_reserved, gpu.memory_used
         m.free = gpu.memory_total - gpu.memory_used - gpu.memory_reserved
         return OK
@@ -292,16 +304,16 @@ class FakeNvml:
     def _c_nvmlDeviceGetTemperatureV(self, gpu: FakeGpu, out: Any) -> int:
         t = out._obj
         if t.version != N.nvmlTemperature_v1:
-            return N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         if t.sensorType != N.NVML_TEMPERATURE_GPU:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         t.temperature = gpu.temperature_c
         return OK
 
     @_device
     def _c_nvmlDeviceGetTemperature(self, gpu: FakeGpu, sensor: Any, out: Any) -> int:
         if sensor.value != N.NVML_TEMPERATURE_GPU:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         out._obj.value = gpu.temperature_c
         return OK
 
@@ -309,14 +321,14 @@ class FakeNvml:
     def _c_nvmlDeviceGetClockInfo(self, gpu: FakeGpu, kind: Any, out: Any) -> int:
         clocks = {N.NVML_CLOCK_SM: gpu.sm_clock_mhz, N.NVML_CLOCK_MEM: gpu.memory_clock_mhz}
         if kind.value not in clocks:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         out._obj.value = clocks[kind.value]
         return OK
 
     @_device
     def _c_nvmlDeviceGetMaxClockInfo(self, gpu: FakeGpu, kind: Any, out: Any) -> int:
         if kind.value != N.NVML_CLOCK_MEM:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         out._obj.value = gpu.max_memory_clock_mhz
         return OK
 
@@ -332,7 +344,7 @@ class FakeNvml:
             N.NVML_PCIE_UTIL_TX_BYTES: gpu.pcie_tx_kbs,
         }
         if counter.value not in values:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         out._obj.value = values[counter.value]
         return OK
 
@@ -351,15 +363,15 @@ class FakeNvml:
         self, gpu: FakeGpu, error_type: Any, counter_type: Any, out: Any
     ) -> int:
         if counter_type.value not in (N.NVML_VOLATILE_ECC, N.NVML_AGGREGATE_ECC):
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         value = {
             N.NVML_MEMORY_ERROR_TYPE_CORRECTED: gpu.ecc_corrected,
             N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: gpu.ecc_uncorrected,
         }.get(error_type.value, -1)
         if value == -1:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         if value is None:
-            return N.NVML_ERROR_NOT_SUPPORTED
+            return NVML_ERROR_NOT_SUPPORTED
         out._obj.value = value
         return OK
 
@@ -367,10 +379,10 @@ class FakeNvml:
         n = len(gpu.processes)
         if array is None:
             count._obj.value = n
-            return OK if n == 0 else N.NVML_ERROR_INSUFFICIENT_SIZE
+            return OK if n == 0 else NVML_ERROR_INSUFFICIENT_SIZE
         if count._obj.value < n:
             count._obj.value = n
-            return N.NVML_ERROR_INSUFFICIENT_SIZE
+            return NVML_ERROR_INSUFFICIENT_SIZE
         for slot, (pid, used) in zip(array, gpu.processes, strict=False):
             slot.pid = pid
             slot.usedGpuMemory = (
@@ -401,23 +413,23 @@ class FakeNvml:
 
     def _c_nvmlEventSetFree(self, es: Any) -> int:
         if self.event_sets.pop(_pointer_value(es), None) is None:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         return OK
 
     @_device
     def _c_nvmlDeviceRegisterEvents(self, gpu: FakeGpu, types: Any, es: Any) -> int:
         registered = self.event_sets.get(_pointer_value(es))
         if registered is None:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         if types.value & ~N.nvmlEventTypeXidCriticalError:
-            return N.NVML_ERROR_NOT_SUPPORTED
+            return NVML_ERROR_NOT_SUPPORTED
         registered.add(self.gpus.index(gpu))
         return OK
 
     def _c_nvmlEventSetWait_v2(self, es: Any, out: Any, timeout_ms: Any) -> int:
         registered = self.event_sets.get(_pointer_value(es))
         if registered is None:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         self.wait_timeouts.append(timeout_ms.value)
         for k, (index, kind, data) in enumerate(self.pending_events):
             if index in registered:
@@ -429,13 +441,13 @@ class FakeNvml:
                 ev.eventType, ev.eventData = kind, data
                 ev.gpuInstanceId = ev.computeInstanceId = 0xFFFFFFFF
                 return OK
-        return N.NVML_ERROR_TIMEOUT
+        return NVML_ERROR_TIMEOUT
 
     # --- GPM -------------------------------------------------------------------------------
     @_device
     def _c_nvmlGpmQueryDeviceSupport(self, gpu: FakeGpu, out: Any) -> int:
         if out._obj.version != N.NVML_GPM_SUPPORT_VERSION:
-            return N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         out._obj.isSupportedDevice = int(gpu.gpm is not None)
         return OK
 
@@ -447,7 +459,7 @@ class FakeNvml:
 
     def _c_nvmlGpmSampleFree(self, sample: Any) -> int:
         if _pointer_value(sample) not in self.gpm_samples:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         del self.gpm_samples[_pointer_value(sample)]
         return OK
 
@@ -455,9 +467,9 @@ class FakeNvml:
     def _c_nvmlGpmSampleGet(self, gpu: FakeGpu, sample: Any) -> int:
         sid = _pointer_value(sample)
         if sid not in self.gpm_samples:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         if gpu.gpm is None:
-            return N.NVML_ERROR_NOT_SUPPORTED
+            return NVML_ERROR_NOT_SUPPORTED
         self._gpm_seq += 1
         self.gpm_samples[sid] = (self.gpus.index(gpu), self._gpm_seq, self.clock())
         return OK
@@ -465,11 +477,11 @@ class FakeNvml:
     def _c_nvmlGpmMetricsGet(self, out: Any) -> int:
         req = out._obj
         if req.version != N.NVML_GPM_METRICS_GET_VERSION:
-            return N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         first = self.gpm_samples.get(_pointer_value(req.sample1))
         second = self.gpm_samples.get(_pointer_value(req.sample2))
         if first is None or second is None or first[0] != second[0] or first[1] >= second[1]:
-            return N.NVML_ERROR_INVALID_ARGUMENT
+            return NVML_ERROR_INVALID_ARGUMENT
         if second[2] - first[2] < 0.1:
             self.gpm_short_windows.append(second[2] - first[2])
         self.gpm_pairs.append((first[0], first[1], second[1]))
@@ -479,7 +491,7 @@ class FakeNvml:
             if metric.metricId in values:
                 metric.value, metric.nvmlReturn = values[metric.metricId], OK
             else:
-                metric.value, metric.nvmlReturn = 0.0, N.NVML_ERROR_NOT_SUPPORTED
+                metric.value, metric.nvmlReturn = 0.0, NVML_ERROR_NOT_SUPPORTED
         return OK
 
 

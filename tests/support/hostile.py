@@ -16,8 +16,8 @@ def billion_laughs() -> str:
     return text
 
 
-#: name -> (how to write the file, the one line the CLI must print)
-HOSTILE: dict[str, tuple[Callable[[Path], None], str]] = {
+#: name -> (how to write the file (its result unused), the one line the CLI must print)
+HOSTILE: dict[str, tuple[Callable[[Path], object], str]] = {
     "bomb": (lambda p: p.write_text(billion_laughs()), r"expands to more than \d+ values"),
     "deep": (lambda p: p.write_text("a: " + "[" * 50000 + "]" * 50000 + "\n"),
              r"\(line 1\): nested deeper than \d+ levels"),

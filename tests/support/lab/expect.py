@@ -5,7 +5,8 @@ The model bounds each statistic the chain reads (a probe's TTFT and TPOT, the en
 inter-token P95 and queue share, a path's loss, RTT and jitter) between a lower and an upper
 value computed from the knobs (network delay and jitter, the simulator's step times and
 capacity, the load), then applies the documented rules of docs/diagnosis.md (symptom per
-probe, attribution in chain order, an engine split replaced by its GPU why, a layer over an
+probe, attribution in chain order, an engine split replaced by its GPU why or by long users'
+prompts (step 5's rule without a baseline), an XID a verdict of its own, a layer over an
 alert line a verdict whether or not a probe feels it, the primary the cause that explains most
 of what the probes feel). A decision is taken only with a margin:
 
@@ -27,9 +28,13 @@ from typing import Any
 
 from exporter.config.models import Config
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.probing.prompts import probe_prompt
 from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import Faults
-from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Scenario
+from exporter.simulator.openai import chat_prompt
+from exporter.simulator.tokens import count_tokens
+from tests.support.lab.runner import BASELINE_LOAD
+from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Load, Scenario
 
 MARGIN = 1.3
 CERTAIN = 0.98
@@ -38,6 +43,14 @@ CERTAIN = 0.98
 TCP_RTO_MIN = 0.2
 #: The short probe profile's prompt is one sentence and a nonce: under this many tokens.
 PROBE_PROMPT_MAX = 64
+#: The probes' own prompt as the simulator counts it (its chat template around the short
+#: profile's text; the nonce is a fixed 16 hex digits), a token either way.
+_PROBE_PROMPT = count_tokens(chat_prompt([{"role": "user", "content": probe_prompt(
+    "short", 1, "0" * 16)}]))
+PROBE_PROMPT = (_PROBE_PROMPT - 1.0, _PROBE_PROMPT + 1.0)
+#: How many of the engine's requests may be the probes' at most, per second: four probes,
+#: each once per 1 s interval, a tenth more for the interval's jitter.
+PROBE_RATE_MAX = 4 * 1.1
 
 Range = tuple[float, float]
 Tri = bool | None  # None: within the margin, undecided
@@ -116,6 +129,13 @@ class Lab:
         return EngineConfig(**fixed).merged(dict(s.config))
 
     @property
+    def launched(self) -> EngineConfig:
+        """The engine before the scenario applies: its launch flags only."""
+        fixed: dict[str, Any] = {k: v for k, v in self.scenario.simulator.flags.items()
+                                 if k in EngineConfig.__dataclass_fields__}
+        return EngineConfig(**fixed)
+
+    @property
     def faults(self) -> Faults:
         return Faults().merged(self.scenario.simulator.faults)
 
@@ -160,9 +180,17 @@ def engine_model(lab: Lab) -> dict[str, Range]:
     occ_hi = max(occupancy(load.prompt_tokens, load.max_tokens, step_hi),
                  occupancy(PROBE_PROMPT_MAX, probe.max_tokens, step_hi))
     first_lo = faults.slow_first_token + step_lo
+    # The engine's TTFT P95 (over every request, not one probe's): where more than 5 % of
+    # its requests are the users', at least their first token, which waits for their whole
+    # prompt's prefill.
+    p95_lo = first_lo
+    if rho[1] < 1 and 0.9 * load.rate / (0.9 * load.rate + PROBE_RATE_MAX) > 0.05 * MARGIN:
+        p95_lo = max(first_lo, prefill_seconds(users_prompt(load)[0], cfg, faults, step_hi)[0])
     first_hi = faults.slow_first_token + step_hi * (
         math.ceil(max(load.prompt_tokens, PROBE_PROMPT_MAX) / cfg.max_num_batched_tokens) + 1)
+    user_lo = occupancy(load.prompt_tokens, load.max_tokens, step_lo)
     if rho[1] < 1:
+        served = (load.rate * 0.9, load.rate * 1.1)
         # Erlang C (M/M/c, a bound for the simulator's near-deterministic service).
         wait_hi = erlang_wait(arrivals, busy(step_hi, probe_rate) / arrivals, cfg.max_num_seqs)
         wait = (0.0, wait_hi)
@@ -174,10 +202,78 @@ def engine_model(lab: Lab) -> dict[str, Range]:
         wait = (waiting * per / cfg.max_num_seqs,
                 (waiting + len(lab.config.probes)) * occ_hi / cfg.max_num_seqs)
         share = (wait[0] / (wait[0] + occ_hi), 1.0)
+        # The slots are the users' but for one per probe at most.
+        served = (max(0, cfg.max_num_seqs - len(lab.config.probes)) / occ_hi,
+                  min(load.rate * 1.1, cfg.max_num_seqs / user_lo))
     else:
         raise Ambiguous
     return {"step": (step_lo, step_hi), "itl": (step_lo, step_hi), "rho": rho, "wait": wait,
-            "share": share, "ttft": (first_lo + wait[0], first_hi + wait[1])}
+            "share": share, "ttft": (first_lo + wait[0], first_hi + wait[1]),
+            "ttft_p95": (p95_lo + wait[0], first_hi + wait[1]), "served": served}
+
+
+def users_prompt(load: Load) -> Range:
+    """The load's prompt as the engine counts it: the load writes prompt_tokens - 8 filler
+    words (none under 8) after its request number ("r12"), and the chat template adds its
+    role lines."""
+    tokens = max(load.prompt_tokens, 8)
+    return tokens - 2.0, tokens + 2.0
+
+
+def prefill_seconds(prompt: float, cfg: EngineConfig, faults: Faults, step_hi: float
+                    ) -> Range:
+    """What the simulator counts as one request's prefill (scheduled to first token): the
+    slow-first-token hold, then each prefill chunk's step (at least ``decode_step`` plus the
+    chunk at ``prefill_tps``); at most one step more, the one in progress when it became
+    ready or that had no budget left for it."""
+    chunks = math.ceil(prompt / cfg.max_num_batched_tokens)
+    return (faults.slow_first_token + chunks * cfg.decode_step + prompt / cfg.prefill_tps,
+            faults.slow_first_token + (chunks + 1) * step_hi)
+
+
+def prefill_rate(cfg: EngineConfig, faults: Faults, load: Load, served: Range) -> Range:
+    """The engine's prefill rate over a span (prompt tokens per second of prefill, the
+    users' and the probes' requests together, ``served`` users' requests per second):
+    between the slowest mix and the faster of the two kinds alone."""
+    step_hi = cfg.decode_step + cfg.decode_step_per_seq * cfg.max_num_seqs + min(
+        cfg.max_num_batched_tokens, max(load.prompt_tokens, PROBE_PROMPT_MAX)) / cfg.prefill_tps
+    users, probes = users_prompt(load), PROBE_PROMPT
+    user_s = (prefill_seconds(users[0], cfg, faults, step_hi)[0],
+              prefill_seconds(users[1], cfg, faults, step_hi)[1])
+    probe_s = (prefill_seconds(probes[0], cfg, faults, step_hi)[0],
+               prefill_seconds(probes[1], cfg, faults, step_hi)[1])
+    mixes = [(u, r) for u in served for r in (0.0, PROBE_RATE_MAX) if u + r > 0]
+    lo = min((u * users[0] + r * probes[0]) / (u * user_s[1] + r * probe_s[1])
+             for u, r in mixes)
+    return lo, max(users[1] / user_s[0], probes[1] / probe_s[0])
+
+
+def prompts_too_long(lab: Lab, eng: dict[str, Range]) -> Tri:
+    """docs/diagnosis.md's long_prompts rule without a baseline, but for the slow first
+    token it also needs: the users' prompt (the engine's mean without the probes', judged
+    only over min_requests and more than two per probe) costs over prompt_budget_share x
+    the TTFT SLO at the engine's best prefill rate, and is over prompt_growth x the probes'
+    own prompt."""
+    th, (slo_ttft, _) = lab.th, slo(lab)
+    load = lab.scenario.load
+    users = users_prompt(load)
+    longer = over((users[0] / (th.prompt_growth * PROBE_PROMPT[1]),
+                   users[1] / (th.prompt_growth * PROBE_PROMPT[0])), 1.0)
+    window = lab.config.diagnosis.window
+    gate = max(th.min_requests, 2 * len(lab.config.probes) + 1)
+    counted = over((eng["served"][0] * window, eng["served"][1] * window), gate)
+    # The best span of the history is the window's or faster; before the scenario applied
+    # (its baseline phase, or the moment between the load's start and the applied knobs)
+    # the engine ran at its launch settings, and a span may hold only those requests.
+    rate = prefill_rate(lab.engine, lab.faults, load, eng["served"])
+    before = prefill_rate(lab.launched, Faults(),
+                          BASELINE_LOAD if lab.scenario.baseline > 0 else load, (1.0, 1.0))
+    best = (rate[0], max(rate[1], before[1]))
+    costly = over((users[0] / best[1], users[1] / best[0]), th.prompt_budget_share * slo_ttft)
+    parts = (longer, counted, costly)
+    if False in parts:
+        return False
+    return None if None in parts else True
 
 
 def erlang_wait(arrivals: float, service: float, servers: int) -> float:
@@ -272,6 +368,9 @@ class Found:
     hard: bool = False
     #: How many probe symptoms it took over (the chain's primary explains the most).
     felt: int = 0
+    #: An engine split the model leaves open between queueing and slow_prefill: kept only
+    #: where a later step takes either over.
+    undecided: bool = False
 
     @property
     def claimed(self) -> bool:
@@ -350,7 +449,8 @@ def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
 
 def engine(lab: Lab, sick: list[Sick], eng: dict[str, Range], name: str
            ) -> tuple[list[Found], bool, bool]:
-    """Step 3, then the GPU step's replacement of the split; (findings, slow, decode slow)."""
+    """Step 3, then the GPU step's replacement of the split; (findings, first token slow,
+    decode slow)."""
     slo_ttft, slo_tpot = slo(lab)
     scope = {"engine": name}
     if lab.scenario.simulator.down:
@@ -358,10 +458,16 @@ def engine(lab: Lab, sick: list[Sick], eng: dict[str, Range], name: str
                   hard=True)
         f.claim()
         return [f], True, False
-    first, decode = need(over(eng["ttft"], slo_ttft)), need(over(eng["itl"], slo_tpot))
+    first, decode = need(over(eng["ttft_p95"], slo_ttft)), need(over(eng["itl"], slo_tpot))
     found: list[Found] = []
+    queue = over(eng["share"], lab.th.queue_share)
+    if queue is None and first and not decode and not any("failures" in s.open for s in sick):
+        # A queue or a slow prefill, the knobs do not say which: long users' prompts take
+        # either over (step 5), and nothing else may rely on which it is (``undecided``).
+        found.append(Found("engine", "slow_prefill", scope, FIRST, frozenset(), sick,
+                           own=True, undecided=True))
     # A queue over LLMEngineCapacityBound's line is a verdict however fast the answers.
-    if need(over(eng["share"], lab.th.queue_share)):
+    elif need(queue):
         found.append(Found("engine", "queueing", scope, FIRST | {"failures"},
                            frozenset(("timeout",)), sick, own=True))
     elif first or decode:
@@ -373,18 +479,18 @@ def engine(lab: Lab, sick: list[Sick], eng: dict[str, Range], name: str
                                frozenset(), sick, own=True))
     for f in found:
         f.claim()
-    slow = bool(first or decode)
-    return gpu(lab, found, scope, slow, decode), slow, decode
+    return gpu(lab, found, scope, sick, first, decode), first, decode
 
 
+XID_FAILS = frozenset(("server", "stream", "timeout", "connect"))
 #: GPU causes whose own numbers page (LLMGPUThrottled, LLMGPUMemoryNearFull): verdicts under
 #: a fast engine too; the others only explain a slow one.
 GPU_OWN = ("throttling", "memory_full")
 
 
-def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode: bool
-        ) -> list[Found]:
-    th, g = lab.th, lab.scenario.gpu
+def gpu(lab: Lab, found: list[Found], scope: dict[str, str], sick: list[Sick], first: bool,
+        decode: bool) -> list[Found]:
+    th, g, slow = lab.th, lab.scenario.gpu, first or decode
     splits = [f for f in found if f.cause in ("slow_prefill", "slow_decode")]
 
     def exact(value: float, threshold: float, above: bool) -> bool:
@@ -393,6 +499,9 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode:
         return value > threshold if above else value < threshold
 
     causes = []
+    if g.xids:
+        # Any XID in the window (the runner raises them at its middle), engine slow or not.
+        causes.append("xid_errors")
     if set(g.throttle) & set(th.throttle_reasons):
         causes.append("throttling")
     if exact(g.memory_used, th.gpu_memory_ratio, True):
@@ -403,6 +512,8 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode:
         causes.append("memory_bandwidth")
     if len(causes) > 1:
         raise Ambiguous  # two GPU causes: their order is by strength
+    if causes and any(f.undecided for f in found):
+        raise Ambiguous  # a GPU cause takes slow_prefill, not a queue
     if not causes:
         return found
     cause = causes[0]
@@ -410,8 +521,45 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode:
     taken = [f for f in splits if f.cause in takes]
     kept = [f for f in found if f not in taken]
     # The GPU's verdict takes over what the split explained (its evidence, its probes).
+    felt = sum(f.felt for f in taken)
+    if cause == "xid_errors":
+        # A fault on its own: it explains any symptom of the engine's probes still open
+        # and the failures a dead or resetting card causes.
+        f = Found("gpu", cause, dict(scope), ALL, XID_FAILS, sick, own=True, hard=True,
+                  felt=felt)
+        f.claim()
+        return [*kept, f]
     return [*kept, Found("gpu", cause, dict(scope), frozenset(), frozenset(), [], own=True,
-                         felt=sum(f.felt for f in taken))]
+                         felt=felt)]
+
+
+def long_prompts(lab: Lab, eng: dict[str, Range], sick: list[Sick], found: list[Found],
+                 first: bool, name: str) -> list[Found]:
+    """Step 5's users' prompts too long for the SLO: they replace the engine's slow prefill
+    or queue (removed from ``found``) and explain what the probes still feel first."""
+    if lab.scenario.simulator.down:
+        return []
+    rule = prompts_too_long(lab, eng)
+    if rule is False:
+        return []
+    takes = [f for f in found if f.layer == "engine" and f.cause in ("slow_prefill", "queueing")]
+    if not first:
+        # Whether long prompts replace a queue the first token does not feel, the
+        # documentation leaves open (the chain's rule needs a slow first token).
+        if any(f.cause == "queueing" for f in takes):
+            raise Ambiguous
+        return []
+    if rule is None or any(f.layer == "gpu" for f in found):
+        # Undecided, or a GPU cause beside it: both replace a slow prefill, and whether the
+        # other stays a verdict of its own is not fixed by the knobs.
+        raise Ambiguous
+    for f in takes:
+        found.remove(f)
+    f = Found("application", "long_prompts", {"engine": name}, frozenset(("ttft", "tpot")),
+              frozenset(("timeout",)), sick, own=any(t.own for t in takes),
+              felt=sum(t.felt for t in takes))
+    f.claim()
+    return [f]
 
 
 def application(sick: list[Sick], slow: bool) -> list[Found]:
@@ -451,8 +599,11 @@ def expected(lab: Lab) -> list[dict[str, object]]:
     eng = engine_model(lab)
     sick = probe_symptoms(lab, eng)
     found = network(lab, sick, eng)
-    eng_found, slow, _ = engine(lab, sick, eng, name)
-    found += eng_found + application(sick, slow)
+    eng_found, first, decode = engine(lab, sick, eng, name)
+    prompts = long_prompts(lab, eng, sick, eng_found, first, name)
+    if any(f.undecided for f in eng_found):
+        raise Ambiguous  # a split between queueing and slow_prefill no step took over
+    found += eng_found + prompts + application(sick, first or decode)
     if any(s.open for s in sick):
         raise Unexplained
     out: list[dict[str, object]] = []

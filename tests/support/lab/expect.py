@@ -34,7 +34,7 @@ from exporter.simulator.faults import Faults
 from exporter.simulator.openai import chat_prompt
 from exporter.simulator.tokens import count_tokens
 from tests.support.lab.runner import BASELINE_LOAD
-from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Load, Scenario
+from tests.support.lab.scenario import CARRIERS, DEFAULT_DELAY, DEFAULT_HOPS, Gpu, Load, Scenario
 
 MARGIN = 1.3
 CERTAIN = 0.98
@@ -274,6 +274,50 @@ def prompts_too_long(lab: Lab, eng: dict[str, Range]) -> Tri:
     if False in parts:
         return False
     return None if None in parts else True
+
+
+def kv_may_preempt(lab: Lab) -> bool:
+    """Whether the simulator's KV cache could ever run short: the most sequences it runs at
+    once, each at the largest a request grows to (prompt, answer and the next token), in
+    its blocks. The cache preempts only when what runs outgrows it (the scheduler admits a
+    prefill only where it fits), so below that ``engine/kv_cache_pressure`` is ruled out
+    exactly; above it the model cannot say when the cache fills (not modelled yet)."""
+    cfg, load, probe = lab.engine, lab.scenario.load, lab.config.probes[0]
+    running = min(cfg.max_num_seqs, load.concurrency + len(lab.config.probes))
+    largest = max(users_prompt(load)[1] + load.max_tokens, PROBE_PROMPT[1] + probe.max_tokens)
+    return running * math.ceil((largest + 1) / cfg.block_size) > cfg.kv_blocks
+
+
+def kv_fills(lab: Lab, eng: dict[str, Range]) -> bool:
+    """Whether the KV cache surely fills and preempts through the window, and is at
+    kv_cache_usage or over when scraped. The load is over capacity with requests always
+    waiting, so the scheduler admits whenever a prompt fits; the slots' sequences at their
+    mean size (prompt and half the answer) need more than the cache with the margin, so
+    they cannot all be held; each answer is over twice a prompt, so what a finished
+    sequence frees is refilled by admissions and then outgrown before the next finishes
+    (a preemption each time); and between those moments the cache is short of the head's
+    prompt (it does not fit), a share of it under the margin of 1 - kv_cache_usage."""
+    cfg, load, th = lab.engine, lab.scenario.load, lab.th
+    prompt = users_prompt(load)
+    return (eng["rho"][0] > MARGIN and load.concurrency > cfg.max_num_seqs
+            and load.max_tokens >= 2 * (prompt[1] + 1)
+            and cfg.max_num_seqs * (prompt[0] + load.max_tokens / 2) > MARGIN * cfg.kv_tokens
+            and (prompt[1] + 1 + cfg.block_size) / cfg.kv_tokens
+            < (1 - th.kv_cache_usage) / MARGIN)
+
+
+def kv_alone(lab: Lab, eng: dict[str, Range]) -> bool:
+    """Nothing but the cache is turned, and nothing else can be a verdict: default paths
+    whose RTT floor is clear of the TTFT budget, the lab's healthy GPU, no engine fault,
+    the probes' usual timeouts, prompts too short for long_prompts. A preempting cache
+    makes the probes' TPOT and total unbounded, and every symptom it makes is the cache's
+    (it explains TTFT, TPOT and failures), so the verdict is the cache's alone."""
+    th, (slo_ttft, _) = lab.th, slo(lab)
+    s = lab.scenario
+    rtt_hi = (DEFAULT_DELAY * 1.1 + 0.005) * th.rtt_round_trips
+    return (not s.paths and s.gpu == Gpu() and lab.faults == Faults() and not s.simulator.down
+            and not s.probes.timeouts and over((0.0, rtt_hi), th.rtt_budget_share * slo_ttft)
+            is False and prompts_too_long(lab, eng) is False)
 
 
 def erlang_wait(arrivals: float, service: float, servers: int) -> float:
@@ -597,6 +641,11 @@ def expected(lab: Lab) -> list[dict[str, object]]:
     (or Unexplained) when the knobs do not decide it with the margins above."""
     name = lab.config.engines[0].name
     eng = engine_model(lab)
+    if kv_may_preempt(lab):
+        if kv_fills(lab, eng) and kv_alone(lab, eng):
+            # kv_cache_pressure replaces the queue (docs/diagnosis.md).
+            return [{"layer": "engine", "cause": "kv_cache_pressure", "scope": {"engine": name}}]
+        raise Ambiguous  # a cache that may preempt beside anything else: not modelled
     sick = probe_symptoms(lab, eng)
     found = network(lab, sick, eng)
     eng_found, first, decode = engine(lab, sick, eng, name)

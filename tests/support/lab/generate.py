@@ -202,6 +202,21 @@ def app_timeouts(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "probes", "timeouts").update(total=total, first_token=total)
 
 
+def eng_kv(rng: random.Random, spec: Spec) -> None:
+    """A KV cache of 1024-4096 tokens (a launch flag) under short prompts and long answers
+    at 1.4-2.5 x what the slots serve: the cache fills and preempts, or, drawn small
+    enough against the slots, does not decide."""
+    seqs = rng.randint(12, 24)
+    cfg = EngineConfig(max_num_seqs=seqs)
+    prompt, tokens = rng.randint(8, 40), rng.randint(128, 384)
+    served = seqs / ((tokens + 2) * (cfg.decode_step + cfg.decode_step_per_seq * seqs))
+    _nested(spec, "simulator", "flags")["kv_tokens"] = rng.randint(1024, 4096)
+    _nested(spec, "simulator", "config")["max_num_seqs"] = seqs
+    spec["load"] = {"rate": _round(min(200.0, served * rng.uniform(1.4, 2.5)), 2),
+                    "prompt_tokens": prompt, "max_tokens": tokens,
+                    "concurrency": rng.randint(seqs + 8, 64)}
+
+
 def app_long_prompts(rng: random.Random, spec: Spec) -> None:
     """Users' prompts of 1000-4000 tokens at a rate the engine's few slots cannot keep up
     with: their first tokens queue, and whether the prompts alone would cost over
@@ -233,12 +248,13 @@ NETWORK: dict[str, Callable[..., None]] = {
     "route": net_route}
 OTHER: dict[str, Callable[..., None]] = {
     "decode": eng_decode, "first_token": eng_first_token, "prefill": eng_prefill,
-    "capacity": eng_capacity, "down": eng_down, "gpu": gpu_state, "xid": gpu_xid,
+    "capacity": eng_capacity, "kv": eng_kv, "down": eng_down, "gpu": gpu_state, "xid": gpu_xid,
     "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load,
     "long_prompts": app_long_prompts}
 #: Which knobs may pair with a network fault in a double (an engine that is down fails
-#: every probe, whatever the path).
-PAIRS = tuple(k for k in OTHER if k != "down")
+#: every probe, whatever the path; a preempting KV cache leaves the probes' TPOT
+#: unbounded, so the model decides it only alone).
+PAIRS = tuple(k for k in OTHER if k not in ("down", "kv"))
 
 
 def _slos(rng: random.Random, spec: Spec) -> None:

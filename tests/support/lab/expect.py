@@ -48,9 +48,6 @@ PROBE_PROMPT_MAX = 64
 _PROBE_PROMPT = count_tokens(chat_prompt([{"role": "user", "content": probe_prompt(
     "short", 1, "0" * 16)}]))
 PROBE_PROMPT = (_PROBE_PROMPT - 1.0, _PROBE_PROMPT + 1.0)
-#: How many of the engine's requests may be the probes' at most, per second: four probes,
-#: each once per 1 s interval, a tenth more for the interval's jitter.
-PROBE_RATE_MAX = 4 * 1.1
 
 Range = tuple[float, float]
 Tri = bool | None  # None: within the margin, undecided
@@ -139,6 +136,12 @@ class Lab:
     def faults(self) -> Faults:
         return Faults().merged(self.scenario.simulator.faults)
 
+    @property
+    def probe_rate_max(self) -> float:
+        """The probes' requests per second at most: each once per interval, a tenth more
+        for the interval's jitter."""
+        return len(self.config.probes) / self.config.probes[0].interval * 1.1
+
     def probe_count(self, answer: float) -> tuple[int, int]:
         """Finished requests of one probe in the window when an answer takes up to
         ``answer`` seconds: a probe runs once per interval, or back to back when its answer
@@ -184,7 +187,7 @@ def engine_model(lab: Lab) -> dict[str, Range]:
     # its requests are the users', at least their first token, which waits for their whole
     # prompt's prefill.
     p95_lo = first_lo
-    if rho[1] < 1 and 0.9 * load.rate / (0.9 * load.rate + PROBE_RATE_MAX) > 0.05 * MARGIN:
+    if rho[1] < 1 and 0.9 * load.rate / (0.9 * load.rate + lab.probe_rate_max) > 0.05 * MARGIN:
         p95_lo = max(first_lo, prefill_seconds(users_prompt(load)[0], cfg, faults, step_hi)[0])
     first_hi = faults.slow_first_token + step_hi * (
         math.ceil(max(load.prompt_tokens, PROBE_PROMPT_MAX) / cfg.max_num_batched_tokens) + 1)
@@ -231,9 +234,11 @@ def prefill_seconds(prompt: float, cfg: EngineConfig, faults: Faults, step_hi: f
             faults.slow_first_token + (chunks + 1) * step_hi)
 
 
-def prefill_rate(cfg: EngineConfig, faults: Faults, load: Load, served: Range) -> Range:
+def prefill_rate(cfg: EngineConfig, faults: Faults, load: Load, served: Range, probe_rate: float
+                 ) -> Range:
     """The engine's prefill rate over a span (prompt tokens per second of prefill, the
-    users' and the probes' requests together, ``served`` users' requests per second):
+    users' and the probes' requests together, ``served`` users' requests per second and
+    up to ``probe_rate`` of the probes'):
     between the slowest mix and the faster of the two kinds alone."""
     step_hi = cfg.decode_step + cfg.decode_step_per_seq * cfg.max_num_seqs + min(
         cfg.max_num_batched_tokens, max(load.prompt_tokens, PROBE_PROMPT_MAX)) / cfg.prefill_tps
@@ -242,7 +247,7 @@ def prefill_rate(cfg: EngineConfig, faults: Faults, load: Load, served: Range) -
               prefill_seconds(users[1], cfg, faults, step_hi)[1])
     probe_s = (prefill_seconds(probes[0], cfg, faults, step_hi)[0],
                prefill_seconds(probes[1], cfg, faults, step_hi)[1])
-    mixes = [(u, r) for u in served for r in (0.0, PROBE_RATE_MAX) if u + r > 0]
+    mixes = [(u, r) for u in served for r in (0.0, probe_rate) if u + r > 0]
     lo = min((u * users[0] + r * probes[0]) / (u * user_s[1] + r * probe_s[1])
              for u, r in mixes)
     return lo, max(users[1] / user_s[0], probes[1] / probe_s[0])
@@ -265,9 +270,10 @@ def prompts_too_long(lab: Lab, eng: dict[str, Range]) -> Tri:
     # The best span of the history is the window's or faster; before the scenario applied
     # (its baseline phase, or the moment between the load's start and the applied knobs)
     # the engine ran at its launch settings, and a span may hold only those requests.
-    rate = prefill_rate(lab.engine, lab.faults, load, eng["served"])
+    rate = prefill_rate(lab.engine, lab.faults, load, eng["served"], lab.probe_rate_max)
     before = prefill_rate(lab.launched, Faults(),
-                          BASELINE_LOAD if lab.scenario.baseline > 0 else load, (1.0, 1.0))
+                          BASELINE_LOAD if lab.scenario.baseline > 0 else load, (1.0, 1.0),
+                          lab.probe_rate_max)
     best = (rate[0], max(rate[1], before[1]))
     costly = over((users[0] / best[1], users[1] / best[0]), th.prompt_budget_share * slo_ttft)
     parts = (longer, counted, costly)

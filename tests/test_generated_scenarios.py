@@ -26,12 +26,12 @@ from tests.support.lab.runner import LabRun, misses
 from tests.support.lab.scenario import Scenario, load_scenario
 
 #: The CI sample: (seed, how many to generate, which of them to run): a healthy run (a
-#: loss on mobile under its line), gpu/xid_errors under a fast engine (a fault on its own,
-#: no probe feels it), engine/slow_prefill from a slow first token with users' prompts no
-#: longer than the probes', and a double where the engine's slow decode is the primary (it
-#: explains every probe's TPOT) before mobile's route change.
+#: loss on mobile under its line), a slow first token with users' prompts no longer than
+#: the probes' (engine/slow_prefill, the primary: it explains every probe's TTFT) before
+#: unicom's route change, engine/imbalance (two data-parallel ranks, most requests pinned
+#: to the last), and application/long_prompts without a baseline before telecom's RTT floor.
 SAMPLE_SEED, SAMPLE_N = 1, 12
-SAMPLE = (0, 1, 9, 11)
+SAMPLE = (0, 3, 6, 11)
 
 
 def _scenario(**spec: object) -> Scenario:
@@ -150,6 +150,28 @@ def test_a_small_kv_cache_preempts_and_a_large_one_cannot() -> None:
     # Beside a lossy path the probes' TPOT under preemption is unbounded: not decided.
     with pytest.raises(Ambiguous):
         expected(lab_of(_kv(1692, paths={"mobile": {"loss": 0.05}})))
+
+
+def _ranks(pin: float, **exporter: object) -> Scenario:
+    # Two ranks of four slots, 13 req/s of 40-token answers: pinned, the last rank gets
+    # over 1.3 x what it serves and the other well under its capacity.
+    return _scenario(simulator={"flags": {"dp_ranks": 2, "max_num_seqs": 4},
+                                "faults": {"dp_pin_rate": pin}},
+                     load={"rate": 13.0, "prompt_tokens": 9, "max_tokens": 40,
+                           "concurrency": 17},
+                     exporter={"slo": {"ttft_p95_seconds": 1.25, "tpot_p95_seconds": 0.05},
+                               "diagnosis": {"window": "60s"}, **exporter})
+
+
+def test_a_pinned_rank_is_an_imbalance_and_only_the_model_decides_it() -> None:
+    assert expected(lab_of(_ranks(0.8))) == [
+        {"layer": "engine", "cause": "imbalance", "scope": {"engine": "sim", "dp_rank": "1"}}]
+    # Its mean queue (~10) is under a raised imbalance_min_waiting of 20 with the margin,
+    # and half the requests pinned leave the rank within its capacity: neither is decided
+    # (the model has no per-rank queue beside the imbalance's).
+    for scenario in (_ranks(0.8, alerting={"imbalance_min_waiting": 20}), _ranks(0.5)):
+        with pytest.raises(Ambiguous):
+            expected(lab_of(scenario))
 
 
 def test_a_slowed_prefill_with_the_usual_prompts_is_ambiguous_without_a_fast_history() -> None:

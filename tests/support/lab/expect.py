@@ -6,7 +6,8 @@ inter-token P95 and queue share, a path's loss, RTT and jitter) between a lower 
 value computed from the knobs (network delay and jitter, the simulator's step times and
 capacity, the load), then applies the documented rules of docs/diagnosis.md (symptom per
 probe, attribution in chain order, an engine split replaced by its GPU why or by long users'
-prompts (step 5's rule without a baseline), an XID a verdict of its own, a layer over an
+prompts (step 5's rule without a baseline), an XID a verdict of its own, a full KV cache
+or a pinned data-parallel rank decided only alone, a layer over an
 alert line a verdict whether or not a probe feels it, the primary the cause that explains most
 of what the probes feel). A decision is taken only with a margin:
 
@@ -43,6 +44,9 @@ CERTAIN = 0.98
 TCP_RTO_MIN = 0.2
 #: The short probe profile's prompt is one sentence and a nonce: under this many tokens.
 PROBE_PROMPT_MAX = 64
+#: Seconds between the scenario's apply and its window's start (generate.py's settle is the
+#: window plus this).
+SETTLE_LEAD = 10.0
 #: The probes' own prompt as the simulator counts it (its chat template around the short
 #: profile's text; the nonce is a fixed 16 hex digits), a token either way.
 _PROBE_PROMPT = count_tokens(chat_prompt([{"role": "user", "content": probe_prompt(
@@ -324,6 +328,70 @@ def kv_alone(lab: Lab, eng: dict[str, Range]) -> bool:
     return (not s.paths and s.gpu == Gpu() and lab.faults == Faults() and not s.simulator.down
             and not s.probes.timeouts and over((0.0, rtt_hi), th.rtt_budget_share * slo_ttft)
             is False and prompts_too_long(lab, eng) is False)
+
+
+def imbalanced(lab: Lab) -> Tri:
+    """Whether the last of two data-parallel ranks (the simulator's ``--dp-ranks 2``, with
+    ``dp_pin_rate`` of the requests pinned to it) is an ``engine/imbalance`` alone, or None
+    where the model cannot say (None also for any engine of one rank: not this model's).
+
+    Per rank (``max_num_seqs`` slots each, the least-loaded rank for the unpinned requests):
+    the last gets at least the pinned share of the load and serves at most its slots over
+    the shortest occupancy, over capacity by the margin; the other gets at most the unpinned
+    share of the load and the probes and is under capacity by it (Erlang C bounds its mean
+    queue). The load's in-flight cap fills within the ten seconds before the window, after
+    which the last rank's mean queue is at least the cap less its slots and what the other
+    rank holds (Little's law: arrivals x time in the engine). It must be over
+    imbalance_min_waiting and imbalance_ratio x the other's queue, and the engine's queue
+    share (by Little's law the mean queue over the mean queue and both ranks' slots) over
+    queue_share, all with the margin: the queue is then the rank's, which replaces queueing.
+    Nothing else may be turned (as for a full KV cache), the TPOT SLO clear of a step, and
+    the users' prompts too short for long_prompts; any symptom a probe feels then is the
+    queue's (its TTFT, its timeouts)."""
+    s, th, (slo_ttft, slo_tpot) = lab.scenario, lab.th, slo(lab)
+    if s.simulator.flags.get("dp_ranks", 1) != 2:
+        return None
+    cfg, load, probe = lab.engine, lab.scenario.load, lab.config.probes[0]
+    pin = lab.faults.dp_pin_rate
+    rtt_hi = (DEFAULT_DELAY * 1.1 + 0.005) * th.rtt_round_trips
+    step_lo = cfg.decode_step + cfg.decode_step_per_seq
+    step_hi = cfg.decode_step + cfg.decode_step_per_seq * cfg.max_num_seqs + min(
+        cfg.max_num_batched_tokens, max(load.prompt_tokens, PROBE_PROMPT_MAX)) / cfg.prefill_tps
+
+    def occupancy(prompt: float, tokens: int, step: float) -> float:
+        return (math.ceil(prompt / cfg.max_num_batched_tokens) + tokens) * step \
+            + prompt / cfg.prefill_tps
+
+    users = users_prompt(load)
+    occ_lo = occupancy(users[0], load.max_tokens, step_lo)
+    occ_hi = max(occupancy(users[1], load.max_tokens, step_hi),
+                 occupancy(PROBE_PROMPT[1], probe.max_tokens, step_hi))
+    alone = (not s.paths and s.gpu == Gpu() and not s.simulator.config and not s.probes.timeouts
+             and lab.faults == Faults(dp_pin_rate=pin) and not s.simulator.down
+             and not kv_may_preempt(lab)
+             and over((0.0, rtt_hi), th.rtt_budget_share * slo_ttft) is False
+             and over((0.0, step_hi), slo_tpot) is False
+             and over((0.0, step_hi), th.stall_seconds) is False
+             and over((users[0] / (th.prompt_growth * PROBE_PROMPT[1]),
+                       users[1] / (th.prompt_growth * PROBE_PROMPT[0])), 1.0) is False)
+    if not alone:
+        return None
+    arrive_last, serve_last = load.rate * pin, cfg.max_num_seqs / occ_lo
+    arrive_other = (load.rate + lab.probe_rate_max) * (1 - pin)
+    rho_other = arrive_other * occ_hi / cfg.max_num_seqs
+    if arrive_last < MARGIN * serve_last or rho_other > 1 / MARGIN or arrive_other <= 0:
+        return None
+    queue_other = arrive_other * erlang_wait(arrive_other, occ_hi, cfg.max_num_seqs)
+    held_other = arrive_other * occ_hi + queue_other
+    fill = load.concurrency / (arrive_last - serve_last)
+    if fill > SETTLE_LEAD:
+        return None
+    waiting = load.concurrency - cfg.max_num_seqs - held_other
+    share = waiting / (waiting + queue_other + 2 * cfg.max_num_seqs) if waiting > 0 else 0.0
+    if waiting > MARGIN * max(th.imbalance_min_waiting, th.imbalance_ratio * queue_other) \
+            and share > MARGIN * th.queue_share:
+        return True
+    return None
 
 
 def erlang_wait(arrivals: float, service: float, servers: int) -> float:
@@ -646,6 +714,12 @@ def expected(lab: Lab) -> list[dict[str, object]]:
     """The verdicts the chain should give, primary first; [] for healthy. Raises Ambiguous
     (or Unexplained) when the knobs do not decide it with the margins above."""
     name = lab.config.engines[0].name
+    if lab.scenario.simulator.flags.get("dp_ranks", 1) != 1:
+        if imbalanced(lab):
+            # An imbalance of the waiting queue replaces queueing (docs/diagnosis.md).
+            return [{"layer": "engine", "cause": "imbalance",
+                     "scope": {"engine": name, "dp_rank": "1"}}]
+        raise Ambiguous  # data-parallel ranks beside anything else: not modelled
     eng = engine_model(lab)
     if kv_may_preempt(lab):
         if kv_fills(lab, eng) and kv_alone(lab, eng):

@@ -5,8 +5,8 @@ verdicts ``expect.py`` derives from its knobs and the run's thresholds.
     python -m tests.support.lab.generate --seed 7 --n 20 --out /tmp/scenarios
 
 Each draw picks knob values inside the lab's ranges (per-carrier loss 0-15 %, delay
-20-300 ms, jitter, stalls, route changes; engine capacity, prefill and decode speed; GPU
-states and XID events; load rate and prompt size, long users' prompts over few slots; probe
+20-300 ms, jitter, stalls, route changes; engine capacity, prefill and decode speed, a small
+KV cache, a pinned data-parallel rank; GPU states and XID events; load rate and prompt size, long users' prompts over few slots; probe
 timeouts; the SLOs and the diagnosis window), builds
 the scenario, and keeps it only when the expected answer is decided with the margins of
 ``expect.py`` and has the intended shape (no verdict with every knob under its line, one
@@ -34,7 +34,16 @@ from exporter.config.models import Config
 from exporter.config.values import format_duration
 from exporter.diagnosis.thresholds import Thresholds, resolve
 from exporter.simulator.engine_config import EngineConfig
-from tests.support.lab.expect import Ambiguous, Lab, drawn, expected, need, over, slo
+from tests.support.lab.expect import (
+    SETTLE_LEAD,
+    Ambiguous,
+    Lab,
+    drawn,
+    expected,
+    need,
+    over,
+    slo,
+)
 from tests.support.lab.runner import DIAGNOSIS, exporter_config
 from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Scenario, hop_networks
 
@@ -217,6 +226,22 @@ def eng_kv(rng: random.Random, spec: Spec) -> None:
                     "concurrency": rng.randint(seqs + 8, 64)}
 
 
+def eng_imbalance(rng: random.Random, spec: Spec) -> None:
+    """Two data-parallel ranks of 2-4 slots each (launch flags), 80-95 % of the requests
+    pinned to the last (``dp_pin_rate``), short prompts, at 1.4-2.5 x what that rank's
+    slots serve over the pinned share: its queue fills to the load's in-flight cap while
+    the other rank idles."""
+    seqs, pin = rng.randint(2, 4), _round(rng.uniform(0.8, 0.95), 2)
+    cfg = EngineConfig(max_num_seqs=seqs)
+    prompt, tokens = rng.randint(8, 28), rng.randint(32, 64)
+    served = seqs / ((tokens + 1) * (cfg.decode_step + cfg.decode_step_per_seq))
+    _nested(spec, "simulator", "flags").update(dp_ranks=2, max_num_seqs=seqs)
+    _nested(spec, "simulator", "faults")["dp_pin_rate"] = pin
+    spec["load"] = {"rate": _round(served * rng.uniform(1.4, 2.5) / pin, 2),
+                    "prompt_tokens": prompt, "max_tokens": tokens,
+                    "concurrency": rng.randint(seqs + 6, 20)}
+
+
 def app_long_prompts(rng: random.Random, spec: Spec) -> None:
     """Users' prompts of 1000-4000 tokens at a rate the engine's few slots cannot keep up
     with: their first tokens queue, and whether the prompts alone would cost over
@@ -248,13 +273,14 @@ NETWORK: dict[str, Callable[..., None]] = {
     "route": net_route}
 OTHER: dict[str, Callable[..., None]] = {
     "decode": eng_decode, "first_token": eng_first_token, "prefill": eng_prefill,
-    "capacity": eng_capacity, "kv": eng_kv, "down": eng_down, "gpu": gpu_state, "xid": gpu_xid,
+    "capacity": eng_capacity, "kv": eng_kv, "imbalance": eng_imbalance, "down": eng_down, "gpu": gpu_state, "xid": gpu_xid,
     "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load,
     "long_prompts": app_long_prompts}
 #: Which knobs may pair with a network fault in a double (an engine that is down fails
 #: every probe, whatever the path; a preempting KV cache leaves the probes' TPOT
-#: unbounded, so the model decides it only alone).
-PAIRS = tuple(k for k in OTHER if k not in ("down", "kv"))
+#: unbounded, and two data-parallel ranks are modelled only for their imbalance, so the
+#: model decides those alone).
+PAIRS = tuple(k for k in OTHER if k not in ("down", "kv", "imbalance"))
 
 
 def _slos(rng: random.Random, spec: Spec) -> None:
@@ -294,7 +320,7 @@ def _build(spec: Spec, description: str) -> Scenario:
     seconds = parse_config(yaml.safe_dump({"diagnosis": {"window": window, "interval": "1s"}})
                            ).diagnosis.window
     # The window reads only the applied scenario; ten seconds more for the last runs.
-    data = {"description": description, "settle": format_duration(seconds + 10), "expect": [], **spec}
+    data = {"description": description, "settle": format_duration(seconds + SETTLE_LEAD), "expect": [], **spec}
     return Scenario.model_validate(data)
 
 

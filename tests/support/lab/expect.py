@@ -5,7 +5,9 @@ The model bounds each statistic the chain reads (a probe's TTFT and TPOT, the en
 inter-token P95 and queue share, a path's loss, RTT and jitter) between a lower and an upper
 value computed from the knobs (network delay and jitter, the simulator's step times and
 capacity, the load), then applies the documented rules of docs/diagnosis.md (symptom per
-probe, attribution in chain order, an engine split replaced by its GPU why, a layer over an
+probe, attribution in chain order, an engine split replaced by its GPU why or by long users'
+prompts (step 5's rule without a baseline), an XID a verdict of its own, a full KV cache
+or a pinned data-parallel rank decided only alone, a layer over an
 alert line a verdict whether or not a probe feels it, the primary the cause that explains most
 of what the probes feel). A decision is taken only with a margin:
 
@@ -27,9 +29,13 @@ from typing import Any
 
 from exporter.config.models import Config
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.probing.prompts import probe_prompt
 from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import Faults
-from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Scenario
+from exporter.simulator.openai import chat_prompt
+from exporter.simulator.tokens import count_tokens
+from tests.support.lab.runner import BASELINE_LOAD
+from tests.support.lab.scenario import CARRIERS, DEFAULT_DELAY, DEFAULT_HOPS, Gpu, Load, Scenario
 
 MARGIN = 1.3
 CERTAIN = 0.98
@@ -38,6 +44,14 @@ CERTAIN = 0.98
 TCP_RTO_MIN = 0.2
 #: The short probe profile's prompt is one sentence and a nonce: under this many tokens.
 PROBE_PROMPT_MAX = 64
+#: Seconds between the scenario's apply and its window's start (generate.py's settle is the
+#: window plus this).
+SETTLE_LEAD = 10.0
+#: The probes' own prompt as the simulator counts it (its chat template around the short
+#: profile's text; the nonce is a fixed 16 hex digits), a token either way.
+_PROBE_PROMPT = count_tokens(chat_prompt([{"role": "user", "content": probe_prompt(
+    "short", 1, "0" * 16)}]))
+PROBE_PROMPT = (_PROBE_PROMPT - 1.0, _PROBE_PROMPT + 1.0)
 
 Range = tuple[float, float]
 Tri = bool | None  # None: within the margin, undecided
@@ -116,8 +130,21 @@ class Lab:
         return EngineConfig(**fixed).merged(dict(s.config))
 
     @property
+    def launched(self) -> EngineConfig:
+        """The engine before the scenario applies: its launch flags only."""
+        fixed: dict[str, Any] = {k: v for k, v in self.scenario.simulator.flags.items()
+                                 if k in EngineConfig.__dataclass_fields__}
+        return EngineConfig(**fixed)
+
+    @property
     def faults(self) -> Faults:
         return Faults().merged(self.scenario.simulator.faults)
+
+    @property
+    def probe_rate_max(self) -> float:
+        """The probes' requests per second at most: each once per interval, a tenth more
+        for the interval's jitter."""
+        return len(self.config.probes) / self.config.probes[0].interval * 1.1
 
     def probe_count(self, answer: float) -> tuple[int, int]:
         """Finished requests of one probe in the window when an answer takes up to
@@ -160,9 +187,17 @@ def engine_model(lab: Lab) -> dict[str, Range]:
     occ_hi = max(occupancy(load.prompt_tokens, load.max_tokens, step_hi),
                  occupancy(PROBE_PROMPT_MAX, probe.max_tokens, step_hi))
     first_lo = faults.slow_first_token + step_lo
+    # The engine's TTFT P95 (over every request, not one probe's): where more than 5 % of
+    # its requests are the users', at least their first token, which waits for their whole
+    # prompt's prefill.
+    p95_lo = first_lo
+    if rho[1] < 1 and 0.9 * load.rate / (0.9 * load.rate + lab.probe_rate_max) > 0.05 * MARGIN:
+        p95_lo = max(first_lo, prefill_seconds(users_prompt(load)[0], cfg, faults, step_hi)[0])
     first_hi = faults.slow_first_token + step_hi * (
         math.ceil(max(load.prompt_tokens, PROBE_PROMPT_MAX) / cfg.max_num_batched_tokens) + 1)
+    user_lo = occupancy(load.prompt_tokens, load.max_tokens, step_lo)
     if rho[1] < 1:
+        served = (load.rate * 0.9, load.rate * 1.1)
         # Erlang C (M/M/c, a bound for the simulator's near-deterministic service).
         wait_hi = erlang_wait(arrivals, busy(step_hi, probe_rate) / arrivals, cfg.max_num_seqs)
         wait = (0.0, wait_hi)
@@ -174,10 +209,189 @@ def engine_model(lab: Lab) -> dict[str, Range]:
         wait = (waiting * per / cfg.max_num_seqs,
                 (waiting + len(lab.config.probes)) * occ_hi / cfg.max_num_seqs)
         share = (wait[0] / (wait[0] + occ_hi), 1.0)
+        # The slots are the users' but for one per probe at most.
+        served = (max(0, cfg.max_num_seqs - len(lab.config.probes)) / occ_hi,
+                  min(load.rate * 1.1, cfg.max_num_seqs / user_lo))
     else:
         raise Ambiguous
     return {"step": (step_lo, step_hi), "itl": (step_lo, step_hi), "rho": rho, "wait": wait,
-            "share": share, "ttft": (first_lo + wait[0], first_hi + wait[1])}
+            "share": share, "ttft": (first_lo + wait[0], first_hi + wait[1]),
+            "ttft_p95": (p95_lo + wait[0], first_hi + wait[1]), "served": served}
+
+
+def users_prompt(load: Load) -> Range:
+    """The load's prompt as the engine counts it: the load writes prompt_tokens - 8 filler
+    words (none under 8) after its request number ("r12"), and the chat template adds its
+    role lines."""
+    tokens = max(load.prompt_tokens, 8)
+    return tokens - 2.0, tokens + 2.0
+
+
+def prefill_seconds(prompt: float, cfg: EngineConfig, faults: Faults, step_hi: float
+                    ) -> Range:
+    """What the simulator counts as one request's prefill (scheduled to first token): the
+    slow-first-token hold, then each prefill chunk's step (at least ``decode_step`` plus the
+    chunk at ``prefill_tps``); at most one step more, the one in progress when it became
+    ready or that had no budget left for it."""
+    chunks = math.ceil(prompt / cfg.max_num_batched_tokens)
+    return (faults.slow_first_token + chunks * cfg.decode_step + prompt / cfg.prefill_tps,
+            faults.slow_first_token + (chunks + 1) * step_hi)
+
+
+def prefill_rate(cfg: EngineConfig, faults: Faults, load: Load, served: Range, probe_rate: float
+                 ) -> Range:
+    """The engine's prefill rate over a span (prompt tokens per second of prefill, the
+    users' and the probes' requests together, ``served`` users' requests per second and
+    up to ``probe_rate`` of the probes'):
+    between the slowest mix and the faster of the two kinds alone."""
+    step_hi = cfg.decode_step + cfg.decode_step_per_seq * cfg.max_num_seqs + min(
+        cfg.max_num_batched_tokens, max(load.prompt_tokens, PROBE_PROMPT_MAX)) / cfg.prefill_tps
+    users, probes = users_prompt(load), PROBE_PROMPT
+    user_s = (prefill_seconds(users[0], cfg, faults, step_hi)[0],
+              prefill_seconds(users[1], cfg, faults, step_hi)[1])
+    probe_s = (prefill_seconds(probes[0], cfg, faults, step_hi)[0],
+               prefill_seconds(probes[1], cfg, faults, step_hi)[1])
+    mixes = [(u, r) for u in served for r in (0.0, probe_rate) if u + r > 0]
+    lo = min((u * users[0] + r * probes[0]) / (u * user_s[1] + r * probe_s[1])
+             for u, r in mixes)
+    return lo, max(users[1] / user_s[0], probes[1] / probe_s[0])
+
+
+def prompts_too_long(lab: Lab, eng: dict[str, Range]) -> Tri:
+    """docs/diagnosis.md's long_prompts rule without a baseline, but for the slow first
+    token it also needs: the users' prompt (the engine's mean without the probes', judged
+    only over min_requests and more than two per probe) costs over prompt_budget_share x
+    the TTFT SLO at the engine's best prefill rate, and is over prompt_growth x the probes'
+    own prompt."""
+    th, (slo_ttft, _) = lab.th, slo(lab)
+    load = lab.scenario.load
+    users = users_prompt(load)
+    longer = over((users[0] / (th.prompt_growth * PROBE_PROMPT[1]),
+                   users[1] / (th.prompt_growth * PROBE_PROMPT[0])), 1.0)
+    window = lab.config.diagnosis.window
+    gate = max(th.min_requests, 2 * len(lab.config.probes) + 1)
+    counted = over((eng["served"][0] * window, eng["served"][1] * window), gate)
+    # The best span of the history is the window's or faster; before the scenario applied
+    # (its baseline phase, or the moment between the load's start and the applied knobs)
+    # the engine ran at its launch settings, and a span may hold only those requests.
+    rate = prefill_rate(lab.engine, lab.faults, load, eng["served"], lab.probe_rate_max)
+    before = prefill_rate(lab.launched, Faults(),
+                          BASELINE_LOAD if lab.scenario.baseline > 0 else load, (1.0, 1.0),
+                          lab.probe_rate_max)
+    best = (rate[0], max(rate[1], before[1]))
+    costly = over((users[0] / best[1], users[1] / best[0]), th.prompt_budget_share * slo_ttft)
+    parts = (longer, counted, costly)
+    if False in parts:
+        return False
+    return None if None in parts else True
+
+
+def kv_may_preempt(lab: Lab) -> bool:
+    """Whether the simulator's KV cache could ever run short: the most sequences it runs at
+    once, each at the largest a request grows to (prompt, answer and the next token), in
+    its blocks. The cache preempts only when what runs outgrows it (the scheduler admits a
+    prefill only where it fits), so below that ``engine/kv_cache_pressure`` is ruled out
+    exactly; above it the model cannot say when the cache fills (not modelled yet)."""
+    cfg, load, probe = lab.engine, lab.scenario.load, lab.config.probes[0]
+    running = min(cfg.max_num_seqs, load.concurrency + len(lab.config.probes))
+    largest = max(users_prompt(load)[1] + load.max_tokens, PROBE_PROMPT[1] + probe.max_tokens)
+    return running * math.ceil((largest + 1) / cfg.block_size) > cfg.kv_blocks
+
+
+def kv_fills(lab: Lab, eng: dict[str, Range]) -> bool:
+    """Whether the KV cache surely fills and preempts through the window, and is at
+    kv_cache_usage or over when scraped. The load is over capacity with requests always
+    waiting, so the scheduler admits whenever a prompt fits; the slots' sequences at their
+    mean size (prompt and half the answer) need more than the cache with the margin, so
+    they cannot all be held; each answer is over twice a prompt, so what a finished
+    sequence frees is refilled by admissions and then outgrown before the next finishes
+    (a preemption each time); and between those moments the cache is short of the head's
+    prompt (it does not fit), a share of it under the margin of 1 - kv_cache_usage."""
+    cfg, load, th = lab.engine, lab.scenario.load, lab.th
+    prompt = users_prompt(load)
+    return (eng["rho"][0] > MARGIN and load.concurrency > cfg.max_num_seqs
+            and load.max_tokens >= 2 * (prompt[1] + 1)
+            and cfg.max_num_seqs * (prompt[0] + load.max_tokens / 2) > MARGIN * cfg.kv_tokens
+            and (prompt[1] + 1 + cfg.block_size) / cfg.kv_tokens
+            < (1 - th.kv_cache_usage) / MARGIN)
+
+
+def kv_alone(lab: Lab, eng: dict[str, Range]) -> bool:
+    """Nothing but the cache is turned, and nothing else can be a verdict: default paths
+    whose RTT floor is clear of the TTFT budget, the lab's healthy GPU, no engine fault,
+    the probes' usual timeouts, prompts too short for long_prompts. A preempting cache
+    makes the probes' TPOT and total unbounded, and every symptom it makes is the cache's
+    (it explains TTFT, TPOT and failures), so the verdict is the cache's alone."""
+    th, (slo_ttft, _) = lab.th, slo(lab)
+    s = lab.scenario
+    rtt_hi = (DEFAULT_DELAY * 1.1 + 0.005) * th.rtt_round_trips
+    return (not s.paths and s.gpu == Gpu() and lab.faults == Faults() and not s.simulator.down
+            and not s.probes.timeouts and over((0.0, rtt_hi), th.rtt_budget_share * slo_ttft)
+            is False and prompts_too_long(lab, eng) is False)
+
+
+def imbalanced(lab: Lab) -> Tri:
+    """Whether the last of two data-parallel ranks (the simulator's ``--dp-ranks 2``, with
+    ``dp_pin_rate`` of the requests pinned to it) is an ``engine/imbalance`` alone, or None
+    where the model cannot say (None also for any engine of one rank: not this model's).
+
+    Per rank (``max_num_seqs`` slots each, the least-loaded rank for the unpinned requests):
+    the last gets at least the pinned share of the load and serves at most its slots over
+    the shortest occupancy, over capacity by the margin; the other gets at most the unpinned
+    share of the load and the probes and is under capacity by it (Erlang C bounds its mean
+    queue). The load's in-flight cap fills within the ten seconds before the window, after
+    which the last rank's mean queue is at least the cap less its slots and what the other
+    rank holds (Little's law: arrivals x time in the engine). It must be over
+    imbalance_min_waiting and imbalance_ratio x the other's queue, and the engine's queue
+    share (by Little's law the mean queue over the mean queue and both ranks' slots) over
+    queue_share, all with the margin: the queue is then the rank's, which replaces queueing.
+    Nothing else may be turned (as for a full KV cache), the TPOT SLO clear of a step, and
+    the users' prompts too short for long_prompts; any symptom a probe feels then is the
+    queue's (its TTFT, its timeouts)."""
+    s, th, (slo_ttft, slo_tpot) = lab.scenario, lab.th, slo(lab)
+    if s.simulator.flags.get("dp_ranks", 1) != 2:
+        return None
+    cfg, load, probe = lab.engine, lab.scenario.load, lab.config.probes[0]
+    pin = lab.faults.dp_pin_rate
+    rtt_hi = (DEFAULT_DELAY * 1.1 + 0.005) * th.rtt_round_trips
+    step_lo = cfg.decode_step + cfg.decode_step_per_seq
+    step_hi = cfg.decode_step + cfg.decode_step_per_seq * cfg.max_num_seqs + min(
+        cfg.max_num_batched_tokens, max(load.prompt_tokens, PROBE_PROMPT_MAX)) / cfg.prefill_tps
+
+    def occupancy(prompt: float, tokens: int, step: float) -> float:
+        return (math.ceil(prompt / cfg.max_num_batched_tokens) + tokens) * step \
+            + prompt / cfg.prefill_tps
+
+    users = users_prompt(load)
+    occ_lo = occupancy(users[0], load.max_tokens, step_lo)
+    occ_hi = max(occupancy(users[1], load.max_tokens, step_hi),
+                 occupancy(PROBE_PROMPT[1], probe.max_tokens, step_hi))
+    alone = (not s.paths and s.gpu == Gpu() and not s.simulator.config and not s.probes.timeouts
+             and lab.faults == Faults(dp_pin_rate=pin) and not s.simulator.down
+             and not kv_may_preempt(lab)
+             and over((0.0, rtt_hi), th.rtt_budget_share * slo_ttft) is False
+             and over((0.0, step_hi), slo_tpot) is False
+             and over((0.0, step_hi), th.stall_seconds) is False
+             and over((users[0] / (th.prompt_growth * PROBE_PROMPT[1]),
+                       users[1] / (th.prompt_growth * PROBE_PROMPT[0])), 1.0) is False)
+    if not alone:
+        return None
+    arrive_last, serve_last = load.rate * pin, cfg.max_num_seqs / occ_lo
+    arrive_other = (load.rate + lab.probe_rate_max) * (1 - pin)
+    rho_other = arrive_other * occ_hi / cfg.max_num_seqs
+    if arrive_last < MARGIN * serve_last or rho_other > 1 / MARGIN or arrive_other <= 0:
+        return None
+    queue_other = arrive_other * erlang_wait(arrive_other, occ_hi, cfg.max_num_seqs)
+    held_other = arrive_other * occ_hi + queue_other
+    fill = load.concurrency / (arrive_last - serve_last)
+    if fill > SETTLE_LEAD:
+        return None
+    waiting = load.concurrency - cfg.max_num_seqs - held_other
+    share = waiting / (waiting + queue_other + 2 * cfg.max_num_seqs) if waiting > 0 else 0.0
+    if waiting > MARGIN * max(th.imbalance_min_waiting, th.imbalance_ratio * queue_other) \
+            and share > MARGIN * th.queue_share:
+        return True
+    return None
 
 
 def erlang_wait(arrivals: float, service: float, servers: int) -> float:
@@ -287,6 +501,9 @@ class Found:
     hard: bool = False
     #: How many probe symptoms it took over (the chain's primary explains the most).
     felt: int = 0
+    #: An engine split the model leaves open between queueing and slow_prefill: kept only
+    #: where a later step takes either over.
+    undecided: bool = False
 
     @property
     def claimed(self) -> bool:
@@ -372,7 +589,8 @@ def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
 
 def engine(lab: Lab, sick: list[Sick], eng: dict[str, Range], name: str
            ) -> tuple[list[Found], bool, bool]:
-    """Step 3, then the GPU step's replacement of the split; (findings, slow, decode slow)."""
+    """Step 3, then the GPU step's replacement of the split; (findings, first token slow,
+    decode slow)."""
     slo_ttft, slo_tpot = slo(lab)
     scope = {"engine": name}
     if lab.scenario.simulator.down:
@@ -380,10 +598,16 @@ def engine(lab: Lab, sick: list[Sick], eng: dict[str, Range], name: str
                   hard=True)
         f.claim()
         return [f], True, False
-    first, decode = need(over(eng["ttft"], slo_ttft)), need(over(eng["itl"], slo_tpot))
+    first, decode = need(over(eng["ttft_p95"], slo_ttft)), need(over(eng["itl"], slo_tpot))
     found: list[Found] = []
+    queue = over(eng["share"], lab.th.queue_share)
+    if queue is None and first and not decode and not any("failures" in s.open for s in sick):
+        # A queue or a slow prefill, the knobs do not say which: long users' prompts take
+        # either over (step 5), and nothing else may rely on which it is (``undecided``).
+        found.append(Found("engine", "slow_prefill", scope, FIRST, frozenset(), sick,
+                           own=True, undecided=True))
     # A queue over LLMEngineCapacityBound's line is a verdict however fast the answers.
-    if need(over(eng["share"], lab.th.queue_share)):
+    elif need(queue):
         found.append(Found("engine", "queueing", scope, FIRST | {"failures"},
                            frozenset(("timeout",)), sick, own=True))
     elif first or decode:
@@ -395,18 +619,18 @@ def engine(lab: Lab, sick: list[Sick], eng: dict[str, Range], name: str
                                frozenset(), sick, own=True))
     for f in found:
         f.claim()
-    slow = bool(first or decode)
-    return gpu(lab, found, scope, slow, decode), slow, decode
+    return gpu(lab, found, scope, sick, first, decode), first, decode
 
 
+XID_FAILS = frozenset(("server", "stream", "timeout", "connect"))
 #: GPU causes whose own numbers page (LLMGPUThrottled, LLMGPUMemoryNearFull): verdicts under
 #: a fast engine too; the others only explain a slow one.
 GPU_OWN = ("throttling", "memory_full")
 
 
-def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode: bool
-        ) -> list[Found]:
-    th, g = lab.th, lab.scenario.gpu
+def gpu(lab: Lab, found: list[Found], scope: dict[str, str], sick: list[Sick], first: bool,
+        decode: bool) -> list[Found]:
+    th, g, slow = lab.th, lab.scenario.gpu, first or decode
     splits = [f for f in found if f.cause in ("slow_prefill", "slow_decode")]
 
     def exact(value: float, threshold: float, above: bool) -> bool:
@@ -415,6 +639,9 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode:
         return value > threshold if above else value < threshold
 
     causes = []
+    if g.xids:
+        # Any XID in the window (the runner raises them at its middle), engine slow or not.
+        causes.append("xid_errors")
     if set(g.throttle) & set(th.throttle_reasons):
         causes.append("throttling")
     if exact(g.memory_used, th.gpu_memory_ratio, True):
@@ -425,6 +652,8 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode:
         causes.append("memory_bandwidth")
     if len(causes) > 1:
         raise Ambiguous  # two GPU causes: their order is by strength
+    if causes and any(f.undecided for f in found):
+        raise Ambiguous  # a GPU cause takes slow_prefill, not a queue
     if not causes:
         return found
     cause = causes[0]
@@ -432,8 +661,45 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], slow: bool, decode:
     taken = [f for f in splits if f.cause in takes]
     kept = [f for f in found if f not in taken]
     # The GPU's verdict takes over what the split explained (its evidence, its probes).
+    felt = sum(f.felt for f in taken)
+    if cause == "xid_errors":
+        # A fault on its own: it explains any symptom of the engine's probes still open
+        # and the failures a dead or resetting card causes.
+        f = Found("gpu", cause, dict(scope), ALL, XID_FAILS, sick, own=True, hard=True,
+                  felt=felt)
+        f.claim()
+        return [*kept, f]
     return [*kept, Found("gpu", cause, dict(scope), frozenset(), frozenset(), [], own=True,
-                         felt=sum(f.felt for f in taken))]
+                         felt=felt)]
+
+
+def long_prompts(lab: Lab, eng: dict[str, Range], sick: list[Sick], found: list[Found],
+                 first: bool, name: str) -> list[Found]:
+    """Step 5's users' prompts too long for the SLO: they replace the engine's slow prefill
+    or queue (removed from ``found``) and explain what the probes still feel first."""
+    if lab.scenario.simulator.down:
+        return []
+    rule = prompts_too_long(lab, eng)
+    if rule is False:
+        return []
+    takes = [f for f in found if f.layer == "engine" and f.cause in ("slow_prefill", "queueing")]
+    if not first:
+        # Whether long prompts replace a queue the first token does not feel, the
+        # documentation leaves open (the chain's rule needs a slow first token).
+        if any(f.cause == "queueing" for f in takes):
+            raise Ambiguous
+        return []
+    if rule is None or any(f.layer == "gpu" for f in found):
+        # Undecided, or a GPU cause beside it: both replace a slow prefill, and whether the
+        # other stays a verdict of its own is not fixed by the knobs.
+        raise Ambiguous
+    for f in takes:
+        found.remove(f)
+    f = Found("application", "long_prompts", {"engine": name}, frozenset(("ttft", "tpot")),
+              frozenset(("timeout",)), sick, own=any(t.own for t in takes),
+              felt=sum(t.felt for t in takes))
+    f.claim()
+    return [f]
 
 
 def application(sick: list[Sick], slow: bool) -> list[Found]:
@@ -470,11 +736,25 @@ def expected(lab: Lab) -> list[dict[str, object]]:
     """The verdicts the chain should give, primary first; [] for healthy. Raises Ambiguous
     (or Unexplained) when the knobs do not decide it with the margins above."""
     name = lab.config.engines[0].name
+    if lab.scenario.simulator.flags.get("dp_ranks", 1) != 1:
+        if imbalanced(lab):
+            # An imbalance of the waiting queue replaces queueing (docs/diagnosis.md).
+            return [{"layer": "engine", "cause": "imbalance",
+                     "scope": {"engine": name, "dp_rank": "1"}}]
+        raise Ambiguous  # data-parallel ranks beside anything else: not modelled
     eng = engine_model(lab)
+    if kv_may_preempt(lab):
+        if kv_fills(lab, eng) and kv_alone(lab, eng):
+            # kv_cache_pressure replaces the queue (docs/diagnosis.md).
+            return [{"layer": "engine", "cause": "kv_cache_pressure", "scope": {"engine": name}}]
+        raise Ambiguous  # a cache that may preempt beside anything else: not modelled
     sick = probe_symptoms(lab, eng)
     found = network(lab, sick, eng)
-    eng_found, slow, _ = engine(lab, sick, eng, name)
-    found += eng_found + application(sick, slow)
+    eng_found, first, decode = engine(lab, sick, eng, name)
+    prompts = long_prompts(lab, eng, sick, eng_found, first, name)
+    if any(f.undecided for f in eng_found):
+        raise Ambiguous  # a split between queueing and slow_prefill no step took over
+    found += eng_found + prompts + application(sick, first or decode)
     if any(s.open for s in sick):
         raise Unexplained
     out: list[dict[str, object]] = []

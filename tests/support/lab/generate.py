@@ -5,8 +5,9 @@ verdicts ``expect.py`` derives from its knobs and the run's thresholds.
     python -m tests.support.lab.generate --seed 7 --n 20 --out /tmp/scenarios
 
 Each draw picks knob values inside the lab's ranges (per-carrier loss 0-15 %, delay
-20-300 ms, jitter, stalls, route changes; engine capacity, prefill and decode speed; GPU
-states; load rate and prompt size; probe timeouts; the SLOs and the diagnosis window), builds
+20-300 ms, jitter, stalls, route changes; engine capacity, prefill and decode speed, a small
+KV cache, a pinned data-parallel rank; GPU states and XID events; load rate and prompt size, long users' prompts over few slots; probe
+timeouts; the SLOs and the diagnosis window), builds
 the scenario, and keeps it only when the expected answer is decided with the margins of
 ``expect.py`` and has the intended shape (no verdict with every knob under its line, one
 verdict, or two in different layers); otherwise it draws again. The same seed gives the same scenarios.
@@ -32,7 +33,17 @@ from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.config.values import format_duration
 from exporter.diagnosis.thresholds import Thresholds, resolve
-from tests.support.lab.expect import Ambiguous, Lab, drawn, expected, need, over, slo
+from exporter.simulator.engine_config import EngineConfig
+from tests.support.lab.expect import (
+    SETTLE_LEAD,
+    Ambiguous,
+    Lab,
+    drawn,
+    expected,
+    need,
+    over,
+    slo,
+)
 from tests.support.lab.runner import DIAGNOSIS, exporter_config
 from tests.support.lab.scenario import CARRIERS, DEFAULT_HOPS, Scenario, hop_networks
 
@@ -95,7 +106,7 @@ def quiet(lab: Lab) -> bool:
     except Ambiguous:
         return False
     return not (set(g.throttle) & set(th.throttle_reasons) or g.memory_used >= th.gpu_memory_ratio
-                or lab.faults.rate_limit_rate or lab.scenario.simulator.down)
+                or g.xids or lab.faults.rate_limit_rate or lab.scenario.simulator.down)
 
 
 # --- knobs: each sets one fault on a spec, drawn from its range -----------------------------
@@ -128,12 +139,23 @@ def eng_decode(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "simulator", "config")["decode_step"] = _round(rng.uniform(0.005, 0.3), 4)
 
 
+def short_prompts(rng: random.Random, spec: Spec) -> None:
+    """Half the time, users whose prompts are no longer than the probes' own: a slow
+    prefill is then the engine's whatever rate it is judged at (long_prompts needs prompts
+    over prompt_growth x the probes'; with the lab's 256 the verdict turns on which
+    history span holds the engine's best rate, which the knobs do not fix)."""
+    if rng.random() < 0.5:
+        _nested(spec, "load")["prompt_tokens"] = rng.randint(8, 28)
+
+
 def eng_first_token(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "simulator", "faults")["slow_first_token"] = _round(rng.uniform(0, 2.0))
+    short_prompts(rng, spec)
 
 
 def eng_prefill(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "simulator", "config")["prefill_tps"] = _round(rng.uniform(500, 40000), 0)
+    short_prompts(rng, spec)
 
 
 def eng_capacity(rng: random.Random, spec: Spec) -> None:
@@ -167,6 +189,19 @@ def gpu_state(rng: random.Random, spec: Spec, th: Thresholds) -> None:
         rng.choice((eng_decode, eng_first_token))(rng, spec)
 
 
+#: XIDs the driver reports for real faults (graphics engine exception, MMU fault, double-bit
+#: ECC error, row remapping, fallen off the bus, contained / uncontained ECC errors).
+XID_CODES = (13, 31, 48, 63, 64, 79, 94, 95)
+
+
+def gpu_xid(rng: random.Random, spec: Spec) -> None:
+    """One to three XID events in the window, on a card otherwise healthy; a slower engine
+    half the time (the XID's verdict takes over the engine's split)."""
+    _nested(spec, "gpu")["xids"] = [[0, rng.choice(XID_CODES)] for _ in range(rng.randint(1, 3))]
+    if rng.random() < 0.5:
+        rng.choice((eng_decode, eng_first_token))(rng, spec)
+
+
 def app_rate_limit(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "simulator", "faults")["rate_limit_rate"] = _round(rng.uniform(0, 0.5))
 
@@ -174,6 +209,58 @@ def app_rate_limit(rng: random.Random, spec: Spec) -> None:
 def app_timeouts(rng: random.Random, spec: Spec) -> None:
     total = _dur(rng.uniform(0.05, 1.0))
     _nested(spec, "probes", "timeouts").update(total=total, first_token=total)
+
+
+def eng_kv(rng: random.Random, spec: Spec) -> None:
+    """A KV cache of 1024-4096 tokens (a launch flag) under short prompts and long answers
+    at 1.4-2.5 x what the slots serve: the cache fills and preempts, or, drawn small
+    enough against the slots, does not decide."""
+    seqs = rng.randint(12, 24)
+    cfg = EngineConfig(max_num_seqs=seqs)
+    prompt, tokens = rng.randint(8, 40), rng.randint(128, 384)
+    served = seqs / ((tokens + 2) * (cfg.decode_step + cfg.decode_step_per_seq * seqs))
+    _nested(spec, "simulator", "flags")["kv_tokens"] = rng.randint(1024, 4096)
+    _nested(spec, "simulator", "config")["max_num_seqs"] = seqs
+    spec["load"] = {"rate": _round(min(200.0, served * rng.uniform(1.4, 2.5)), 2),
+                    "prompt_tokens": prompt, "max_tokens": tokens,
+                    "concurrency": rng.randint(seqs + 8, 64)}
+
+
+def eng_imbalance(rng: random.Random, spec: Spec) -> None:
+    """Two data-parallel ranks of 2-4 slots each (launch flags), 80-95 % of the requests
+    pinned to the last (``dp_pin_rate``), short prompts, at 1.4-2.5 x what that rank's
+    slots serve over the pinned share: its queue fills to the load's in-flight cap while
+    the other rank idles."""
+    seqs, pin = rng.randint(2, 4), _round(rng.uniform(0.8, 0.95), 2)
+    cfg = EngineConfig(max_num_seqs=seqs)
+    prompt, tokens = rng.randint(8, 28), rng.randint(32, 64)
+    served = seqs / ((tokens + 1) * (cfg.decode_step + cfg.decode_step_per_seq))
+    _nested(spec, "simulator", "flags").update(dp_ranks=2, max_num_seqs=seqs)
+    _nested(spec, "simulator", "faults")["dp_pin_rate"] = pin
+    spec["load"] = {"rate": _round(served * rng.uniform(1.4, 2.5) / pin, 2),
+                    "prompt_tokens": prompt, "max_tokens": tokens,
+                    "concurrency": rng.randint(seqs + 6, 20)}
+
+
+def app_long_prompts(rng: random.Random, spec: Spec) -> None:
+    """Users' prompts of 1000-4000 tokens at a rate the engine's few slots cannot keep up
+    with: their first tokens queue, and whether the prompts alone would cost over
+    prompt_budget_share x the TTFT SLO at the engine's own prefill rate is what names
+    long_prompts (the SLOs are drawn as for any scenario)."""
+    seqs = rng.randint(5, 6)  # over the probes' four, so users' requests finish too
+    cfg = EngineConfig(max_num_seqs=seqs)
+    prompt, tokens = rng.randint(1000, 4000), rng.randint(16, 32)
+    # 1.4-2.5 x what the slots serve at the simulator's fastest steps (prefill, then one
+    # decode step per token), so the queue is certain.
+    served = seqs / (prompt / cfg.prefill_tps + (tokens + 2) * cfg.decode_step)
+    _nested(spec, "simulator", "config")["max_num_seqs"] = seqs
+    spec["load"] = {"rate": _round(min(200.0, served * rng.uniform(1.4, 2.5)), 2),
+                    "prompt_tokens": prompt, "max_tokens": tokens,
+                    "concurrency": rng.randint(seqs + 2, seqs + 6)}
+    # A decode step that carries a prefill chunk lasts up to max_num_batched_tokens /
+    # prefill_tps longer: a TPOT SLO over that keeps the verdict on the first token.
+    tpot = [b for b in metrics.PROBE_TPOT.buckets or () if 0.2 <= b <= 0.5]
+    _nested(spec, "exporter", "slo")["tpot_p95_seconds"] = rng.choice(tpot)
 
 
 def app_load(rng: random.Random, spec: Spec) -> None:
@@ -186,11 +273,14 @@ NETWORK: dict[str, Callable[..., None]] = {
     "route": net_route}
 OTHER: dict[str, Callable[..., None]] = {
     "decode": eng_decode, "first_token": eng_first_token, "prefill": eng_prefill,
-    "capacity": eng_capacity, "down": eng_down, "gpu": gpu_state,
-    "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load}
+    "capacity": eng_capacity, "kv": eng_kv, "imbalance": eng_imbalance, "down": eng_down, "gpu": gpu_state, "xid": gpu_xid,
+    "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load,
+    "long_prompts": app_long_prompts}
 #: Which knobs may pair with a network fault in a double (an engine that is down fails
-#: every probe, whatever the path).
-PAIRS = tuple(k for k in OTHER if k != "down")
+#: every probe, whatever the path; a preempting KV cache leaves the probes' TPOT
+#: unbounded, and two data-parallel ranks are modelled only for their imbalance, so the
+#: model decides those alone).
+PAIRS = tuple(k for k in OTHER if k not in ("down", "kv", "imbalance"))
 
 
 def _slos(rng: random.Random, spec: Spec) -> None:
@@ -230,7 +320,7 @@ def _build(spec: Spec, description: str) -> Scenario:
     seconds = parse_config(yaml.safe_dump({"diagnosis": {"window": window, "interval": "1s"}})
                            ).diagnosis.window
     # The window reads only the applied scenario; ten seconds more for the last runs.
-    data = {"description": description, "settle": format_duration(seconds + 10), "expect": [], **spec}
+    data = {"description": description, "settle": format_duration(seconds + SETTLE_LEAD), "expect": [], **spec}
     return Scenario.model_validate(data)
 
 

@@ -30,7 +30,7 @@ import yaml
 from exporter import metrics
 from exporter.checks.engine.table import rows_for_engine
 from exporter.config.load import load_config
-from exporter.config.values import format_duration
+from exporter.config.values import format_duration, parse_duration
 from exporter.monitoring import findings, generate
 from tests.support.lab.base import NetRun
 from tests.support.lab.load import FILLER
@@ -188,10 +188,10 @@ class LabRun(NetRun):
         namespace; returned once it answers."""
         s = self.scenario
         if s.engine.kind == "simulator":
+            flags: dict[str, Any] = dict(s.simulator.flags)
             self.sim = self.spawn(self.net.site, "simulator", [
                 sys.executable, "-m", "exporter", *simulate_args(
-                    SIM_PORT, fmt="vllm", host="0.0.0.0", seed=s.seed,
-                    **dict[str, Any](s.simulator.flags))])
+                    SIM_PORT, fmt="vllm", host="0.0.0.0", seed=s.seed, **flags)])
             ready, what, timeout = "/health", "simulator", 20.0
         else:
             self.sim = self.spawn(self.net.site, "vllm", serve_args(
@@ -238,7 +238,7 @@ class LabRun(NetRun):
         targets = {c: self.net.carriers[c].target for c in CARRIERS}
         config = exporter_config(s, targets, dt.datetime.now(dt.UTC))
         self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.write_gpu(s.gpu if s.baseline == 0 else Gpu(count=s.gpu.count))
+        self.write_gpu(s.gpu.calm() if s.baseline == 0 else Gpu(count=s.gpu.count))
         self.watchers.append(self.spawn(self.net.client, "exporter", [
             sys.executable, "-m", "tests.support.lab.exporter_main",
             str(self.config_file), str(self.gpu_file)]))
@@ -315,9 +315,14 @@ class LabRun(NetRun):
             if path.hops is not None:
                 self.net.set_route(carrier, path.hops)
         if s.baseline > 0:
-            self.write_gpu(s.gpu)
+            self.write_gpu(s.gpu.calm())
         if s.simulator.down and self.sim is not None:
             self.net.lab.stop(self.sim)
+
+    def window(self) -> float:
+        """The diagnosis window of the generated config, seconds."""
+        return parse_duration({**DIAGNOSIS, **self.scenario.exporter.get("diagnosis", {})
+                               }["window"])
 
     def diagnosis(self, source: str) -> dict[str, Any]:
         window = {**DIAGNOSIS, **self.scenario.exporter.get("diagnosis", {})}["window"]
@@ -378,7 +383,15 @@ class LabRun(NetRun):
         time.sleep(s.baseline)
         self.apply()
         progress(f"scenario applied; settling {s.settle:g}s")
-        time.sleep(s.settle)
+        if s.gpu.xids:
+            # Raised at the window's middle: an XID older than the window is no verdict, and
+            # one from the last seconds might not be read yet.
+            early = max(0.0, s.settle - self.window() / 2)
+            time.sleep(early)
+            self.write_gpu(s.gpu)
+            time.sleep(s.settle - early)
+        else:
+            time.sleep(s.settle)
         out = {}
         for source in self.sources:
             if source == "prometheus":

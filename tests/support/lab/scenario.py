@@ -201,6 +201,21 @@ class Gpu(StrictModel):
     utilization: Ratio = 0.85
     dram_bw: Ratio = 0.5
     memory_used: Ratio = 0.8  # share of the memory in use
+    #: XID events, [GPU index, XID code] each, raised in the middle of the diagnosis
+    #: window (the runner writes them then): a count in the window is a verdict of its own.
+    xids: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]]] = Field(
+        default_factory=list)
+
+    @model_validator(mode="after")
+    def _xids_on_a_gpu(self) -> Gpu:
+        for index, _ in self.xids:
+            if index >= self.count:
+                raise ValueError(f"xids: GPU index {index} of {self.count} GPU(s)")
+        return self
+
+    def calm(self) -> Gpu:
+        """The same state without its XIDs (written before they are raised)."""
+        return self.model_copy(update={"xids": []})
 
 
 class Probes(StrictModel):

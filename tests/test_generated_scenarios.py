@@ -174,14 +174,18 @@ def test_a_pinned_rank_is_an_imbalance_and_only_the_model_decides_it() -> None:
             expected(lab_of(scenario))
 
 
-def test_a_slowed_prefill_with_the_usual_prompts_is_ambiguous_without_a_fast_history() -> None:
-    # 256-token prompts under a 1.5 s first-token hold: at the window's own rate they take
-    # the budget, at the rate of the requests served before the fault applied they do not;
-    # which history span is the best the knobs do not fix.
+def test_a_slowed_prefill_is_the_engines_under_long_prompt_tokens_and_else_ambiguous() -> None:
+    # The usual 256-token prompts under a 1.5 s first-token hold are under
+    # long_prompt_tokens: the engine's, whatever rate the history holds.
+    slowed = {"faults": {"slow_first_token": 1.5}}
+    assert _expected(simulator=slowed) == [("engine", "slow_prefill")]
+    assert _expected(simulator=slowed, load={"prompt_tokens": 20}) == [
+        ("engine", "slow_prefill")]
+    # 3000-token prompts: at the window's own rate they take the budget, at the rate of the
+    # requests served before the fault applied they do not; which history span is the best
+    # the knobs do not fix.
     with pytest.raises(Ambiguous):
-        expected(lab_of(_scenario(simulator={"faults": {"slow_first_token": 1.5}})))
-    assert _expected(simulator={"faults": {"slow_first_token": 1.5}},
-                     load={"prompt_tokens": 20}) == [("engine", "slow_prefill")]
+        expected(lab_of(_scenario(simulator=slowed, load={"prompt_tokens": 3000})))
 
 
 def test_a_knob_at_its_threshold_is_ambiguous() -> None:

@@ -231,6 +231,10 @@ class DiagnosisConfig(StrictModel):
     # The prompt alone, at the engine's prefill throughput measured in the window, over this
     # share of the TTFT SLO: the prompts are too long for the SLO, baseline or none.
     prompt_budget_share: Ratio = 0.5
+    # Prompts shorter than this are never long on their own (without growth over a
+    # baseline): a slow engine makes any prompt cost the budget, and a chat turn of a few
+    # hundred tokens is not what an SRE trims.
+    long_prompt_tokens: Annotated[int, Field(ge=1)] = 1024
 
     @model_validator(mode="after")
     def _window_in_history(self) -> DiagnosisConfig:

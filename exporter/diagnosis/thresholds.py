@@ -60,6 +60,7 @@ class Thresholds:
     prompt_growth: float = 1.5
     request_rate_growth: float = 1.5
     prompt_budget_share: float = 0.5
+    long_prompt_tokens: int = 1024
 
     def route_rank(self, route_class: str) -> int:
         """Position in the configured order, best first; unknown classes rank last."""
@@ -110,4 +111,5 @@ def resolve(config: Config) -> Thresholds:
         prompt_growth=d.prompt_growth,
         request_rate_growth=d.request_rate_growth,
         prompt_budget_share=d.prompt_budget_share,
+        long_prompt_tokens=d.long_prompt_tokens,
     )

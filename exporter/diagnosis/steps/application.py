@@ -75,19 +75,19 @@ def probes_prompt(ctx: Context, e: EngineWindow) -> float | None:
     return max(means, default=None)
 
 
-def prompt_cost(ctx: Context, st: EngineState) -> tuple[float, float, float] | None:
+def prompt_cost(ctx: Context, st: EngineState) -> tuple[float, float, float, float] | None:
     """(the users' mean prompt, the seconds of prefill it alone costs, the prefill rate in
-    tokens/s it is costed at): the engine's fastest measured prefill, the window's where no
-    history has one. None without the numbers. A judgement needing no baseline: a prompt
-    that takes most of the first-token budget at the engine's best speed is too long for
-    the SLO, whatever it was yesterday."""
+    tokens/s it is costed at, the window's own rate): the engine's fastest measured
+    prefill, the window's where no history has one. None without the numbers. A judgement
+    needing no baseline: a prompt that takes most of the first-token budget at the engine's
+    best speed is too long for the SLO, whatever it was yesterday."""
     e = st.engine
     prompt = users_prompt(ctx, e)
     if prompt is None or not e.prefill_seconds or not e.prompt_tokens_mean:
         return None
     now = e.prompt_tokens_mean * e.requests / e.prefill_seconds
     rate = max(now, e.prefill_rate_max or 0.0)
-    return prompt, prompt / rate, rate
+    return prompt, prompt / rate, rate, now
 
 
 def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
@@ -98,15 +98,21 @@ def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
     cost = prompt_cost(ctx, st)
     if cost is None:
         return grown
-    prompt, seconds, rate = cost
+    prompt, seconds, rate, now = cost
     budget = ctx.th.prompt_budget_share * st.slo_ttft
     ev = ctx.ev(USERS_PROMPT, prompt, lab, budget * rate, e.prompt_tokens_baseline)
     # Without a history of a fast prefill, the rate is the window's own: a slow engine makes
     # any prompt cost the budget there. What tells the two apart is the probes' ordinary
     # prompt: the engine is as slow at it (slow_prefill) unless the users' are longer.
     ordinary = probes_prompt(ctx, e)
-    longer = ordinary is None or prompt > ordinary * ctx.th.prompt_growth
-    if not (st.slow_first and seconds > budget and longer):
+    longer = (ordinary is None or prompt > ordinary * ctx.th.prompt_growth) and \
+        prompt >= ctx.th.long_prompt_tokens
+    # A prefill slower than its best is the engine's doing: where the engine's TTFT, less
+    # what the slowdown adds to the prompt, is back inside the SLO, the prompt costs budget
+    # but the slowdown breaks the SLO (slow_prefill).
+    slowed = prompt / now - seconds
+    recovers = e.ttft_p95 is not None and e.ttft_p95 - slowed <= st.slo_ttft
+    if not (st.slow_first and seconds > budget and longer) or recovers:
         cleared.append(ev)
         return grown
     headline = (f"Engine {e.engine}'s users' prompts average {prompt:.0f} tokens: at "

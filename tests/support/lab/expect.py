@@ -262,12 +262,13 @@ def prompts_too_long(lab: Lab, eng: dict[str, Range]) -> Tri:
     token it also needs: the users' prompt (the engine's mean without the probes', judged
     only over min_requests and more than two per probe) costs over prompt_budget_share x
     the TTFT SLO at the engine's best prefill rate, and is over prompt_growth x the probes'
-    own prompt."""
+    own prompt and at least long_prompt_tokens."""
     th, (slo_ttft, _) = lab.th, slo(lab)
     load = lab.scenario.load
     users = users_prompt(load)
     longer = over((users[0] / (th.prompt_growth * PROBE_PROMPT[1]),
                    users[1] / (th.prompt_growth * PROBE_PROMPT[0])), 1.0)
+    floor = over(users, th.long_prompt_tokens)
     window = lab.config.diagnosis.window
     gate = max(th.min_requests, 2 * len(lab.config.probes) + 1)
     counted = over((eng["served"][0] * window, eng["served"][1] * window), gate)
@@ -280,7 +281,7 @@ def prompts_too_long(lab: Lab, eng: dict[str, Range]) -> Tri:
                           lab.probe_rate_max)
     best = (rate[0], max(rate[1], before[1]))
     costly = over((users[0] / best[1], users[1] / best[0]), th.prompt_budget_share * slo_ttft)
-    parts = (longer, counted, costly)
+    parts = (longer, floor, counted, costly)
     if False in parts:
         return False
     return None if None in parts else True

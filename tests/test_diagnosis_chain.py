@@ -398,3 +398,14 @@ def test_users_prompts_as_short_as_the_probes_are_not_long_on_a_slow_engine() ->
     assert primary(30.0) == ("engine", "slow_prefill")
     assert primary(1200.0) == ("application", "long_prompts")
     assert primary(600.0) == ("engine", "slow_prefill")
+
+
+def test_a_throttled_gpu_beside_long_prompts_names_both() -> None:
+    # Both take over the slow prefill; neither drops the other (GPU first, in chain order).
+    obs = all_probes(with_gpu(with_engine(healthy(), ttft_p95=2.0, prefill_seconds=180.0,
+                                          prompt_tokens_mean=6000.0, **NO_BASELINE),
+                              0, clock_events=("sw_thermal",)), **SLOW_ALL)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause) for v in d.verdicts] == [
+        ("gpu", "throttling"), ("application", "long_prompts")], render(d)
+    valid(d)

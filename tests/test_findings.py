@@ -284,6 +284,7 @@ def test_an_alert_the_generated_inhibitions_mute_is_the_muting_verdicts() -> Non
     # A down engine's capacity alert (its rates still hold its last minutes up) is muted by
     # the engine's own down alert.
     down = diagnose(replace(with_engine(healthy(), up=False), probes=())).to_json()
-    queue = _alert("LLMEngineCapacityBound", target="main", model="m")
-    assert one_answer([_alert("LLMEngineDown", target="main"), queue], down) == []
-    assert one_answer([_alert("LLMEngineDown", target="main"), {**queue, "target": "b"}], down)
+    queue = _alert("LLMEngineCapacityBound", target="main", model="m", instance="a")
+    dead = _alert("LLMEngineDown", target="main", instance="a")
+    assert one_answer([dead, queue], down) == []
+    assert one_answer([dead, {**queue, "target": "b"}], down)

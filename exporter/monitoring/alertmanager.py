@@ -68,7 +68,7 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition("LLMEngineDown",
                ("LLMEngineCapacityBound", "LLMEngineComputeBound", "LLMEngineKVCacheSaturated",
                 "LLMEngineImbalance"),
-               ("target",)),
+               ("target", *WHERE)),
     Inhibition(DIAGNOSIS,
                ("LLMProbeTTFTHigh", "LLMProbeTPOTHigh", "LLMProbeStreamStalls",
                 "LLMProbeFailureRatioHigh", "LLMProbeTTFTPeakDrift"),

@@ -87,12 +87,19 @@ def fixture_needs(item: pytest.Item) -> tuple[set[str], bool]:
 
 def apply(items: Iterable[pytest.Item]) -> None:
     """Give each test the markers its fixtures declare. The tests of a module that share a
-    module-scoped fixture go to one xdist worker (``--dist loadgroup``), so it starts once."""
+    module-scoped fixture go to one xdist worker (``--dist loadgroup``), so it starts once;
+    every test of the real vLLM goes to one group of its own."""
     for item in items:
         found, shared = fixture_needs(item)
         for name in sorted(found):
             item.add_marker(name)
-        if shared and item.get_closest_marker("xdist_group") is None:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if "vllm" in found:
+            # One real vLLM at a time: each takes both cores while it prefills, and a second
+            # beside it turns the first's timing comparisons into flakes.
+            item.add_marker(pytest.mark.xdist_group("vllm"))
+        elif shared:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 

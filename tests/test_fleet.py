@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from exporter import metrics
 from exporter.config.load import load_config
 from exporter.monitoring import generate
 from exporter.monitoring.dashboards import kit
@@ -179,8 +180,13 @@ def test_every_dashboard_query_and_recorded_series_has_data_centrally_and_at_an_
     sleep_until(run.started + BASELINE)  # peak and off-peak time both behind us
     # An XID, so the XID panels have a series (the diagnosis above has been read already).
     fleet.xid(0, 79)
-    wait_for(lambda: fleet.api("central", "query", query="llm_gpu_xid_errors_total")["result"],
+    wait_for(lambda: fleet.api("central", "query", query=metrics.GPU_XID_ERRORS.name)["result"],
              30, "the XID in VictoriaMetrics")
+    # The XID series is new: Prometheus's increase() needs two samples of it (VictoriaMetrics
+    # counts the first from zero), so the edge's panel has data one scrape later.
+    xid_increase = f"increase({metrics.GPU_XID_ERRORS.name}[1m])"
+    wait_for(lambda: any(fleet.api(e, "query", query=xid_increase)["result"]
+                         for e in fleet.edges), 30, "the XID's increase at an edge")
     end = time.time()
     config = load_config(fleet.workdir / f"{SITE}.yaml")
     boards = {n: json.loads(t) for n, t in generate.render(config).items()

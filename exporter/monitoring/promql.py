@@ -90,6 +90,20 @@ def loss(received: str, sent: str) -> str:
     return "1 - " + paren(ratio(received, sent))
 
 
+def segments_share(level: Level, part: metrics.TcpSegments, whole: metrics.TcpSegments,
+                   match: str = "") -> str:
+    """The probes' TCP segments of one kind over another (TCP_INFO), summed to ``level``:
+    what LLMProbeStreamPacketLoss and the per-carrier stream series compare with the loss
+    SLO. ``match`` adds label matchers."""
+    family = metrics.PROBE_TCP_SEGMENTS
+    label, extra = family.labels[-1], f", {match}" if match else ""
+
+    def kind(k: metrics.TcpSegments) -> str:
+        return rate_sum(level, f'{family.name}{{{label}="{k.value}"{extra}}}')
+
+    return ratio(kind(part), kind(whole))
+
+
 # Day-vs-evening rules are gated on the exporter's peak-window gauge: the exporter knows
 # the local timezone and Prometheus does not, so no rule does UTC hour arithmetic.
 

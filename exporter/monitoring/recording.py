@@ -19,6 +19,7 @@ from exporter.monitoring.promql import (
     prom_duration,
     rate_sum,
     ratio,
+    segments_share,
 )
 from exporter.monitoring.rule import Rule, group, record
 
@@ -122,19 +123,13 @@ def probe_stream_recording() -> list[Rule]:
     """Per carrier, its probes' own streams (TCP_INFO): retransmitted over sent and out of
     order over received segments, the two shares LLMProbeStreamPacketLoss compares with
     the loss SLO per probe, and the kernel's smoothed RTT."""
-    family = metrics.PROBE_TCP_SEGMENTS
-    label = family.labels[-1]
     seg = metrics.TcpSegments
-
-    def segments(kind: metrics.TcpSegments) -> str:
-        return rate_sum(CARRIER, f'{family.name}{{{label}="{kind.value}", {TAGGED}}}')
-
     rtt = names.PROBE_TCP_RTT
     return [
         record(names.PROBE_STREAM_RETRANSMISSION,
-               ratio(segments(seg.RETRANSMITTED), segments(seg.SENT))),
+               segments_share(CARRIER, seg.RETRANSMITTED, seg.SENT, TAGGED)),
         record(names.PROBE_STREAM_OUT_OF_ORDER,
-               ratio(segments(seg.OUT_OF_ORDER), segments(seg.RECEIVED))),
+               segments_share(CARRIER, seg.OUT_OF_ORDER, seg.RECEIVED, TAGGED)),
         *(record(name, f"histogram_quantile({q:g}, sum by (le, {rtt.level.by}) "
                        f"(rate({rtt.family.name}_bucket{{{TAGGED}}}[{RATE}])))")
           for q, name in rtt.by_quantile()),

@@ -17,8 +17,7 @@ from exporter.monitoring.promql import (
     paren,
     pct,
     prom_duration,
-    rate_sum,
-    ratio,
+    segments_share,
 )
 from exporter.monitoring.rule import Alert
 
@@ -56,12 +55,9 @@ def _stream_loss(config: Config) -> Alert:
     """The probe's own stream lost packets (TCP_INFO): retransmitted / sent, or out of
     order / received, over the loss SLO; the chain's network step decides the same."""
     loss = findings.threshold("LLMProbeStreamPacketLoss", config)
-    family = metrics.PROBE_TCP_SEGMENTS
-    label = family.labels[-1]
 
     def share(part: metrics.TcpSegments, whole: metrics.TcpSegments) -> str:
-        return paren(ratio(rate_sum(PROBE, f'{family.name}{{{label}="{part.value}"}}'),
-                           rate_sum(PROBE, f'{family.name}{{{label}="{whole.value}"}}')))
+        return paren(segments_share(PROBE, part, whole))
 
     seg = metrics.TcpSegments
     return Alert(

@@ -4,6 +4,7 @@ the GPU server back to users."""
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import timeseries
 
 from exporter import metrics
 from exporter.config.models import Config
@@ -62,6 +63,12 @@ def paths(config: Config) -> db.Dashboard:
             (f"max by (carrier, target) ({metrics.PATH_HOP_COUNT.name}{cs})", f"{t} hops")]),
     ])
     u = "{{carrier}}"
+
+    def lossy(title: str, text: str, series: str, alert: str = "") -> timeseries.Panel:
+        """A per-carrier loss share against the loss SLO's line."""
+        return ts(title, f"{text} The line is the loss SLO ({pct(slo.loss_ratio)}){alert}.",
+                  "percentunit", [(f"{series}{cs}", u)], threshold=slo.loss_ratio, span=8)
+
     users = Section("Real users (the clients check)", [
         ts("Connections",
            "Established TCP connections of real users on the watched ports, per carrier "
@@ -69,30 +76,24 @@ def paths(config: Config) -> db.Dashboard:
            [(f"sum by (carrier) ({metrics.CLIENTS_CONNECTIONS.name}{cs})", u),
             (f"sum by (carrier) (rate({metrics.CLIENTS_OPENED.name}{cs}[{RI}]))",
              f"{u} opened/s")], span=8),
-        ts("Retransmission",
-           f"Segments the server retransmitted over segments it sent to the carrier's users "
-           f"over {RATE}: loss as the users' own streams saw it. The line is the loss SLO "
-           f"({pct(slo.loss_ratio)}); LLMClientsRetransmissionHigh fires over it.",
-           "percentunit", [(f"{names.CLIENTS_RETRANSMISSION}{cs}", u)],
-           threshold=slo.loss_ratio, span=8),
+        lossy("Retransmission",
+              f"Segments the server retransmitted over segments it sent to the carrier's "
+              f"users over {RATE}: loss as the users' own streams saw it.",
+              names.CLIENTS_RETRANSMISSION, "; LLMClientsRetransmissionHigh fires over it"),
         ts("Smoothed RTT",
            f"P50, P95 and P99 of the kernel's smoothed RTT of the users' connections that "
            f"sent data, over {RATE}.", "s", quantiles(names.CLIENTS_RTT, cs, u), span=8),
     ])
     probes = Section("Probe streams (the kernel's TCP_INFO)", [
-        ts("Probe stream retransmission",
-           f"Segments the carrier's probes retransmitted over segments they sent, over "
-           f"{RATE}: loss on the probes' own streams, whatever ICMP shows (carriers that "
-           f"prioritise ICMP). The line is the loss SLO ({pct(slo.loss_ratio)}); "
-           f"LLMProbeStreamPacketLoss fires over it per probe.", "percentunit",
-           [(f"{names.PROBE_STREAM_RETRANSMISSION}{cs}", u)], threshold=slo.loss_ratio,
-           span=8),
-        ts("Probe stream out of order",
-           f"Segments that reached the carrier's probes out of order over the data "
-           f"segments they received, over {RATE}: the server-to-client direction's losses "
-           f"as the probe sees them. The line is the loss SLO ({pct(slo.loss_ratio)}).",
-           "percentunit", [(f"{names.PROBE_STREAM_OUT_OF_ORDER}{cs}", u)],
-           threshold=slo.loss_ratio, span=8),
+        lossy("Probe stream retransmission",
+              f"Segments the carrier's probes retransmitted over segments they sent, over "
+              f"{RATE}: loss on the probes' own streams, whatever ICMP shows (carriers that "
+              f"prioritise ICMP).", names.PROBE_STREAM_RETRANSMISSION,
+              "; LLMProbeStreamPacketLoss fires over it per probe"),
+        lossy("Probe stream out of order",
+              f"Segments that reached the carrier's probes out of order over the data "
+              f"segments they received, over {RATE}: the server-to-client direction's "
+              f"losses as the probe sees them.", names.PROBE_STREAM_OUT_OF_ORDER),
         ts("Probe kernel smoothed RTT",
            f"P50, P95 and P99 of the kernel's smoothed RTT (tcpi_rtt) of the carrier's "
            f"probe connections, over {RATE}: beside the ICMP round trip, the one the "

@@ -63,6 +63,8 @@ FAULT = CarrierPath(loss=0.2)
 OUTAGE = 120.0
 #: $__rate_interval and the week-ago offset as the test sends them (tests/test_e2e_prometheus.py).
 RATE_INTERVAL, COMPARE = "10s", "20s"
+#: Seconds between the points of the range queries over the run.
+STEP = 2
 BURN_ALERT = "LLMProbeErrorBudgetBurn"
 MEASURED = ROOT / "docs" / "scaling.md"
 #: Per test, the fleet's start included in the first one's.
@@ -106,7 +108,7 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str | Callable[[], s
 def values(fleet: Fleet, where: str, expr: str, start: float, end: float) -> list[float] | str:
     """Every value of ``expr`` over the run, or why there are none."""
     try:
-        data = fleet.api(where, "query_range", query=expr, start=start, end=end, step=2)
+        data = fleet.api(where, "query_range", query=expr, start=start, end=end, step=STEP)
     except FleetError as exc:
         return f"error: {exc}"
     return [float(v) for series in data["result"] for _, v in series["values"]]
@@ -184,10 +186,12 @@ def test_every_dashboard_query_and_recorded_series_has_data_centrally_and_at_an_
              30, "the XID in VictoriaMetrics")
     # The XID series is new: Prometheus's increase() needs two samples of it (VictoriaMetrics
     # counts the first from zero), so the edge's panel has data one scrape later.
-    xid_increase = f"increase({metrics.GPU_XID_ERRORS.name}[1m])"
+    xid_increase = f"increase({metrics.GPU_XID_ERRORS.name}[{RATE_INTERVAL}])"
     wait_for(lambda: any(fleet.api(e, "query", query=xid_increase)["result"]
                          for e in fleet.edges), 30, "the XID's increase at an edge")
-    end = time.time()
+    # A range query evaluates at start + k * step only, so its last point can fall up to a
+    # step before ``end``: before the sample the wait above saw. One step more covers it.
+    end = time.time() + STEP
     config = load_config(fleet.workdir / f"{SITE}.yaml")
     boards = {n: json.loads(t) for n, t in generate.render(config).items()
               if n.startswith("dashboards/")}

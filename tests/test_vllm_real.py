@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -30,7 +30,14 @@ from exporter.simulator.openai import per_request_metrics
 from tests.support import ROOT
 from tests.support.engine_fixtures import assert_same, expected_samples
 from tests.support.families import diff, family_set
-from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.procs import (
+    Proc,
+    exporter_cmd,
+    foreground,
+    free_port,
+    http_get,
+    wait_until,
+)
 from tests.support.samples import exposed_samples, total
 from tests.support.split import Parts, assert_sums_to_ttft, make_probe, value
 from tests.support.split import run as run_probe
@@ -49,6 +56,11 @@ from tests.support.vllm_server import (
 pytestmark = pytest.mark.timeout(300)
 
 MAX_NUM_SEQS = 2
+#: Most a client's mean TTFT or E2E may exceed vLLM's over loopback, seconds.
+GAP_TOLERANCE = 0.05
+#: Output tokens of the answers TTFT is compared on: a first token whose text is empty (part
+#: of a character) moves the client's TTFT to the next, so one is too few.
+SHORT_ANSWER = 3
 DOC = ROOT / "docs" / "metrics.md"
 
 
@@ -158,8 +170,9 @@ def test_real_stream_shape(vllm: VllmServer) -> None:
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 12  # type: ignore[index]
 
 
-def run_bench(vllm: VllmServer, out: Path, *flags: str) -> dict[str, object]:
-    cmd = [*exporter_cmd("bench"), "--url", vllm.base, "--model", vllm.model, "--json", str(out),
+def run_bench(vllm: VllmServer, out: Path, *flags: str, prefix: Sequence[str] = ()
+              ) -> dict[str, object]:
+    cmd = [*prefix, *exporter_cmd("bench"), "--url", vllm.base, "--model", vllm.model, "--json", str(out),
            *flags]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -167,30 +180,51 @@ def run_bench(vllm: VllmServer, out: Path, *flags: str) -> dict[str, object]:
     return doc
 
 
+def engine_means(before: str, after: str, requests: int) -> tuple[float, float]:
+    """vLLM's mean TTFT and E2E over the requests between two expositions, seconds."""
+    def mean(family: str) -> float:
+        return (total(after, f"{family}_sum") - total(before, f"{family}_sum")) / requests
+    return mean("vllm:time_to_first_token_seconds"), mean("vllm:e2e_request_latency_seconds")
+
+
 def test_bench_against_real_streams_and_ttft_versus_engine(vllm: VllmServer,
                                                              tmp_path: Path) -> None:
-    before = wait_idle(vllm)
-    doc = run_bench(vllm, tmp_path / "b.json", "--requests", "12", "--concurrency", "1",
-                    "--max-tokens", "24", "--prompt-tokens", "64", "--ignore-eos")
-    after = wait_idle(vllm)
+    # The client's clocks start when the request is written; vLLM's at arrival in its
+    # frontend. Each client span is longer by the way in (HTTP, parsing, chat template) and
+    # the token's way out: on loopback, a few ms, unless the tier's other tests hold the two
+    # CPUs (then 60 ms and more, of waiting for a CPU, not of either clock).
+    with foreground(vllm.proc.pid) as prefix:
+        before = wait_idle(vllm)
+        doc = run_bench(vllm, tmp_path / "b.json", "--requests", "12", "--concurrency", "1",
+                        "--max-tokens", "24", "--prompt-tokens", "64", "--ignore-eos",
+                        prefix=prefix)
+        after = wait_idle(vllm)
+        # The first token's way out is served while the engine decodes the next ones on the
+        # same CPUs: under other load it waited 140 ms behind 23 more decode steps (26 ms
+        # behind 2, 2 ms idle). So TTFT is compared on short answers; E2E, which ends when
+        # decoding does, on the long ones.
+        short_before = wait_idle(vllm)
+        short = run_bench(vllm, tmp_path / "short.json", "--requests", "12", "--concurrency",
+                          "1", "--max-tokens", str(SHORT_ANSWER), "--prompt-tokens", "64",
+                          "--ignore-eos", prefix=prefix)
+        short_after = wait_idle(vllm)
     summary = doc["summary"]
     assert isinstance(summary, dict)
     assert summary["ok"] == 12 and summary["outcomes"] == {"ok": 12}
     assert summary["output_tokens"] == 12 * 24 and not summary["output_tokens_estimated"]
-    records = doc["requests"]
-    assert isinstance(records, list)
+    records, short_records = doc["requests"], short["requests"]
+    assert isinstance(records, list) and isinstance(short_records, list)
     assert all(r["output_tokens"] == 24 and r["prompt_tokens"] > 32 for r in records)
     finished = "vllm:request_success_total"
     assert total(after, finished, finished_reason="length") - total(
         before, finished, finished_reason="length") == 12
-    # Client TTFT counts from the request's first byte on the wire; vLLM's from arrival at
-    # its frontend. On loopback the difference is HTTP and request handling: small, positive.
-    ttft = "vllm:time_to_first_token_seconds"
-    engine_mean = (total(after, f"{ttft}_sum") - total(before, f"{ttft}_sum")) / 12
-    client_mean = statistics.fmean(r["ttft_s"] for r in records)
-    gap = client_mean - engine_mean
-    print(f"TTFT mean: client {client_mean * 1000:.2f} ms, engine {engine_mean * 1000:.2f} ms")
-    assert 0 < gap < 0.05, (client_mean, engine_mean)
+    e2e_gap = statistics.fmean(r["e2e_s"] for r in records) - engine_means(before, after, 12)[1]
+    assert len(short_records) == 12 and all(r["ttft_s"] is not None for r in short_records)
+    ttft_gap = statistics.fmean(r["ttft_s"] for r in short_records) - engine_means(
+        short_before, short_after, 12)[0]
+    print(f"client less engine, mean: E2E {e2e_gap * 1000:.2f} ms, "
+          f"TTFT {ttft_gap * 1000:.2f} ms")
+    assert 0 < e2e_gap < GAP_TOLERANCE and 0 < ttft_gap < GAP_TOLERANCE, (e2e_gap, ttft_gap)
 
 
 def test_probe_against_the_real_server(vllm: VllmServer, tmp_path: Path) -> None:

@@ -243,6 +243,21 @@ def test_stalls_the_engine_makes_itself_are_not_the_networks() -> None:
     assert d.verdicts[0].cause == "stream_stalls", render(d)
 
 
+def test_a_cause_beside_probes_with_too_few_requests_does_not_claim_users_feel_nothing() -> None:
+    # Probes that time out after 10 s finish two requests in a 30 s window: under
+    # min_requests, the symptom step has no data, and the full cache's verdict must not say
+    # that no probe is past its SLO.
+    obs = with_engine(all_probes(healthy(), requests=2), kv_cache_usage=0.99, preemptions=14.0)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause) for v in d.verdicts][:1] == [("engine", "kv_cache_pressure")], \
+        render(d)
+    assert d.steps[0].result == "no_data"
+    summary = d.verdicts[0].summary
+    assert "no probe finished 3 requests in the window" in summary, summary
+    assert "past its SLO" not in summary
+    valid(d)
+
+
 def test_loss_over_the_alert_line_without_symptoms_is_degraded() -> None:
     # LLMPathPacketLoss pages on it: the chain says so too, network floor first.
     d = diagnose(with_path(healthy(), "mobile", lost=12))

@@ -64,7 +64,8 @@ def diagnose(obs: Observations, thresholds: Thresholds | None = None) -> Diagnos
     findings = [*net_found, *eng_kept, *gpu_found, *app_found]
     healthy = sym_step.result == "ruled_out"
     kept = [f for f in findings if _reportable(f, healthy)]
-    verdicts = [_verdict(ctx, f, sick) for f in _ordered(kept)]
+    judged = sym_step.result != "no_data"
+    verdicts = [_verdict(ctx, f, sick, judged) for f in _ordered(kept)]
     verdicts += _unobserved(ctx, sick, missing)
     verdicts += _no_data(ctx, sick, steps, missing, splits)
     return Diagnosis(obs.at, ctx.window, obs.source, _status(sick, verdicts, steps),
@@ -107,12 +108,18 @@ def _phrase(ps: ProbeSymptoms, taken: set[Symptom]) -> str:
     return f"the {ps.probe.probe} probe's " + " and ".join(parts)
 
 
-def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms]) -> Verdict:
+def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms], judged: bool) -> Verdict:
+    """``judged``: some probe finished enough requests in the window to be held to its SLO."""
     by_name = {ps.probe.probe: ps for ps in sick}
     claimed = [(by_name[n], t) for n, t in f.claimed.items() if n in by_name]
     symptoms = tuple(s for s in SYMPTOM_ORDER if any(s in t for _, t in claimed))
     summary = f.headline
-    if not claimed and f.own and not f.hard and not any(ps.breached for ps in sick):
+    if not claimed and f.own and not f.hard and not judged:
+        # Requests slower than the window is long (timeouts in a short window) leave every
+        # probe under min_requests: that users feel nothing is not known, so not said.
+        summary += (f"; no probe finished {ctx.th.min_requests} requests in the window, "
+                    "so whether users feel it is not known")
+    elif not claimed and f.own and not f.hard and not any(ps.breached for ps in sick):
         summary += "; no probe is past its SLO yet"
     if claimed:
         first = _phrase(*claimed[0])

@@ -78,6 +78,11 @@ def test_expectations_follow_the_thresholds_not_the_chain() -> None:
     assert _expected(**stalled, exporter={"slo": tpot}) == [("network", "stream_stalls")]
     assert _expected(**stalled, exporter={"slo": tpot, "alerting": {"stall_seconds": "8s"}}
                      ) == []
+    # Beside 429s on half of every probe's requests, the stall is second: the rate limit is
+    # one verdict felt by all four probes, the stall by one.
+    assert _expected(**stalled, simulator={"faults": {"rate_limit_rate": 0.5}},
+                     exporter={"slo": tpot, "diagnosis": {"window": "60s"}}) == [
+        ("application", "rate_limited"), ("network", "stream_stalls")]
     # A delay over the TTFT SLO is an RTT floor; the same delay under a loose SLO is healthy.
     assert _expected(paths={"telecom": {"delay": "300ms"}},
                      exporter={"slo": {"ttft_p95_seconds": 0.2}}) == [("network", "rtt_floor")]

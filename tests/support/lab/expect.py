@@ -704,18 +704,20 @@ def long_prompts(lab: Lab, eng: dict[str, Range], sick: list[Sick], found: list[
 
 
 def application(sick: list[Sick], slow: bool) -> list[Found]:
+    """A cause upstream of the probes is one verdict, with every probe it fails as its
+    evidence (docs/diagnosis.md): it is felt as much as all of them together."""
     out = []
-    for s in sick:
-        if s.failure_kind == "rate_limited":
-            f = Found("application", "rate_limited", {}, frozenset(("failures",)),
-                      frozenset(("rate_limited",)), [s])
-        elif s.failure_kind == "timeout" and "failures" in s.open and not slow:
-            f = Found("application", "client_timeouts", {}, frozenset(("failures",)),
-                      frozenset(("timeout",)), [s])
-        else:
-            continue
-        f.claim()
-        out.append(f)
+    for cause, kind, riders in (
+            ("rate_limited", "rate_limited",
+             [s for s in sick if s.failure_kind == "rate_limited"]),
+            ("client_timeouts", "timeout",
+             [s for s in sick if s.failure_kind == "timeout" and "failures" in s.open
+              and not slow])):
+        if riders:
+            f = Found("application", cause, {}, frozenset(("failures",)), frozenset((kind,)),
+                      riders)
+            f.claim()
+            out.append(f)
     return out
 
 

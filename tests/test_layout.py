@@ -90,14 +90,18 @@ def test_module_size(module: str) -> None:
     assert rel in DECLARATIONS or lines <= MAX_LINES, f"{rel}: {lines} lines > {MAX_LINES}"
 
 
+#: How code would name the folder beside the checkout, assembled so that this file, which
+#: looks for them, does not hold them itself (a scan of the tree would list it).
+_SIBLING = "sha" + "red"
+OUTSIDE = (f'"{_SIBLING}"', "parent" + ".parent" * 2, f"../{_SIBLING}")
+
+
 def test_nothing_reads_outside_the_repository() -> None:
     """A clone alone must work: no code names the folder beside the checkout."""
     offenders = []
     for folder in ("exporter", "tests", "benchmarks"):
         for path in (ROOT / folder).rglob("*.py"):
-            if path == Path(__file__):
-                continue
             text = path.read_text()
-            if '"shared"' in text or "parent.parent.parent" in text or "../shared" in text:
+            if any(name in text for name in OUTSIDE):
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []

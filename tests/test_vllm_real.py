@@ -172,8 +172,8 @@ def test_real_stream_shape(vllm: VllmServer) -> None:
 
 def run_bench(vllm: VllmServer, out: Path, *flags: str, prefix: Sequence[str] = ()
               ) -> dict[str, object]:
-    cmd = [*prefix, *exporter_cmd("bench"), "--url", vllm.base, "--model", vllm.model, "--json", str(out),
-           *flags]
+    cmd = [*prefix, *exporter_cmd("bench"), "--url", vllm.base, "--model", vllm.model,
+           "--json", str(out), *flags]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     doc: dict[str, object] = json.loads(out.read_text())

@@ -114,13 +114,14 @@ def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms], judged: bool) 
     claimed = [(by_name[n], t) for n, t in f.claimed.items() if n in by_name]
     symptoms = tuple(s for s in SYMPTOM_ORDER if any(s in t for _, t in claimed))
     summary = f.headline
-    if not claimed and f.own and not f.hard and not judged:
-        # Requests slower than the window is long (timeouts in a short window) leave every
-        # probe under min_requests: that users feel nothing is not known, so not said.
-        summary += (f"; no probe finished {ctx.th.min_requests} requests in the window, "
-                    "so whether users feel it is not known")
-    elif not claimed and f.own and not f.hard and not any(ps.breached for ps in sick):
-        summary += "; no probe is past its SLO yet"
+    if not claimed and f.own and not f.hard:
+        if not judged:
+            # Requests slower than the window is long (timeouts in a short window) leave
+            # every probe under min_requests: that users feel nothing is not known.
+            summary += (f"; no probe finished {ctx.th.min_requests} requests in the window, "
+                        "so whether users feel it is not known")
+        elif not any(ps.breached for ps in sick):
+            summary += "; no probe is past its SLO yet"
     if claimed:
         first = _phrase(*claimed[0])
         if len(claimed) > 1:

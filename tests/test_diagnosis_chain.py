@@ -264,7 +264,7 @@ def test_loss_over_the_alert_line_without_symptoms_is_degraded() -> None:
     assert d.status == "degraded", render(d)
     assert [(v.layer, v.cause) for v in d.verdicts] == [("network", "packet_loss")]
     assert d.verdicts[0].summary.startswith("Mobile path to gpu-sh loses 6% of packets")
-    assert "no probe is past its SLO yet" in d.verdicts[0].summary
+    assert "no probe is past its SLO over the last " in d.verdicts[0].summary
     # Under the line: healthy.
     assert diagnose(with_path(healthy(), "mobile", lost=2)).status == "healthy"
 

@@ -53,7 +53,7 @@ def test_users_retransmitting_with_no_probe_or_path_there_is_packet_loss() -> No
         ("network", "packet_loss", {"carrier": "unicom"})], render(d)
     v = d.verdicts[0]
     assert v.summary.startswith("Real users of unicom retransmit 5% of 20000 segments")
-    assert "no probe is past its SLO yet" in v.summary
+    assert "no probe is past its SLO over the last " in v.summary
     ratio = next(e for e in v.evidence if e.metric == RETRANSMISSION)
     assert ratio.value == 0.05 and ratio.threshold == 0.02 and ratio.baseline == 0.001
     sent = next(e for e in v.evidence if e.metric == metrics.CLIENTS_SEGMENTS_SENT.name)

@@ -86,7 +86,7 @@ def test_a_ranks_kv_cache_far_above_its_peers_is_degraded_before_users_feel_it()
     d = diagnose(with_engine(healthy(), kv_by_rank=kv))
     assert d.status == "degraded", render(d)
     assert _causes(d) == [("engine", "imbalance", {"engine": "main", "dp_rank": "2"})]
-    assert "no probe is past its SLO yet" in d.verdicts[0].summary
+    assert "no probe is past its SLO over the last " in d.verdicts[0].summary
     kv_ev = d.verdicts[0].evidence[0]
     assert kv_ev.metric == metrics.ENGINE_KV_CACHE_USAGE.name
     assert kv_ev.value == 0.9 and kv_ev.threshold is not None

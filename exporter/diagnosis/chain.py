@@ -121,7 +121,8 @@ def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms], judged: bool) 
             summary += (f"; no probe finished {ctx.th.min_requests} requests in the window, "
                         "so whether users feel it is not known")
         elif not any(ps.breached for ps in sick):
-            summary += "; no probe is past its SLO yet"
+            # Over the window, not "yet": the alerts' longer span may already hold a breach.
+            summary += f"; no probe is past its SLO over the last {ctx.window}"
     if claimed:
         first = _phrase(*claimed[0])
         if len(claimed) > 1:

@@ -141,12 +141,6 @@ ALERTED: frozenset[Cause] = frozenset(
     c for d in DECISIONS if d.kind == "cause" for c in d.causes) - {("exporter", "no_data")}
 
 
-#: Causes upstream of every probe of their engine: a probe's symptom alert is theirs when
-#: the probe's engine (its engine_target label) is the verdict's, whether or not the probe
-#: had data enough in the window to show the symptom (the engine down inhibition's rule).
-UPSTREAM: frozenset[Cause] = frozenset((("engine", "down"), ("exporter", "no_data")))
-
-
 def threshold(alert: str, config: Config, which: int = 0) -> Any:
     """The value ``alert`` compares against in ``config`` (``which``: of several)."""
     return BY_ALERT[alert].thresholds(config)[which]
@@ -175,11 +169,12 @@ def explains(verdict: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
         probe = labels.get("probe", "")
         engine = labels.get("engine_target", "")
         felt = bool(verdict.get("symptoms"))
-        # An engine's cause is every probe's through that engine (its engine_target): the
-        # alert's span (RATE) is not the chain's window, so a probe just under the line in
-        # one can be just over it in the other. Upstream causes need no symptom at all.
-        if engine and scope.get("engine") == engine and (
-                felt or (verdict.get("layer"), verdict.get("cause")) in UPSTREAM):
+        # An engine's cause is every probe's through that engine (its engine_target), felt
+        # in the chain's window or not: the alert reads its own span (RATE), which is not
+        # the chain's window, so a probe just under the line in one can be just over it in
+        # the other, or have too few requests in the shorter one to be judged at all. The
+        # verdict names the cause and the scope; which span felt it is the only difference.
+        if engine and scope.get("engine") == engine:
             return True
         # Likewise the verdict that took over this probe's symptoms is its answer, whichever
         # of them it saw.

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter import metrics
 from exporter.config.load import load_config
@@ -295,6 +296,28 @@ def test_prometheus_source_runs_the_chain_and_prints_json(
     rc = cli.main(["--prometheus", prom_lab["prom"], "--window", "1m"], _stub_chain([]))
     assert rc == cli.EXIT_FOUND
     assert capsys.readouterr().out.startswith("NOTE degraded Carrier lab")
+
+
+def test_a_remote_written_store_is_read_query_offset_behind_now(
+    prom_lab: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Remote write delivers each series on its own: the window ends where all have arrived.
+    config = yaml.safe_load(Path(prom_lab["config_path"]).read_text())
+    config.setdefault("diagnosis", {})["query_offset"] = "30s"
+    path = tmp_path / "offset.yaml"
+    path.write_text(yaml.safe_dump(config))
+    seen: list[Observations] = []
+    before = dt.datetime.now(dt.UTC)
+    cli.main(["--prometheus", prom_lab["prom"], "--window", "1m", "--config", str(path)],
+             _stub_chain(seen))
+    after = dt.datetime.now(dt.UTC)
+    assert before - dt.timedelta(seconds=30) <= seen[0].at <= after - dt.timedelta(seconds=30)
+    # An explicit --at is the end the user asked for.
+    at = before.replace(microsecond=0)
+    cli.main(["--prometheus", prom_lab["prom"], "--window", "1m", "--config", str(path),
+              "--at", at.isoformat()], _stub_chain(seen))
+    assert seen[1].at == at
+    capsys.readouterr()
 
 
 def test_the_installed_command_prints_json_from_prometheus(prom_lab: dict[str, Any],

@@ -197,6 +197,12 @@ class DiagnosisConfig(StrictModel):
     window: Duration = 600.0
     interval: Duration = 5.0
     history: Duration = 6 * 3600.0
+    # The Prometheus source's window ends this far before now: a store fed by remote write
+    # receives each series on its own, so its newest seconds can hold a scrape's packets
+    # sent without the same scrape's packets received (loss that never happened). Prometheus'
+    # rule_query_offset, for the same reason. Unset: none (a Prometheus that scrapes the
+    # exporter has each scrape's series at once).
+    query_offset: Duration | None = None
     # A new primary verdict is shown, exported and alerted on once this many evaluations in
     # a row concluded it (exporter/diagnosis/stability.py); 1 shows every evaluation.
     confirm: Annotated[int, Field(ge=1, le=100)] = 2

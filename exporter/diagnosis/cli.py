@@ -175,6 +175,8 @@ def diagnose(args: argparse.Namespace, wire: Wiring | None = None) -> int:
         if args.prometheus is not None:
             from exporter.diagnosis.prometheus import observe
 
+            if args.at is None and config.diagnosis.query_offset is not None:
+                at -= dt.timedelta(seconds=config.diagnosis.query_offset)
             obs = observe(args.prometheus, config, at, window, TIMEOUT)
             d = wire.chain(config)(obs)
             _print(d, args.json, wire.render_text)
@@ -216,7 +218,8 @@ def register(add: AddParser) -> None:
     p.add_argument("--window", metavar="DURATION",
                    help="how much to read (default: diagnosis.window of the config, 10m)")
     p.add_argument("--at", metavar="TIME",
-                   help="end of the window: RFC 3339 or unix seconds (default: now)")
+                   help="end of the window: RFC 3339 or unix seconds (default: now, less "
+                   "diagnosis.query_offset with --prometheus)")
     p.add_argument("--json", action="store_true", help="print the v1 JSON instead of the note")
     p.add_argument("--config", metavar="FILE",
                    help=f"thresholds and SLOs (default: ./{DEFAULT_CONFIG} if present, else "

@@ -96,8 +96,11 @@ DECISIONS: tuple[Decision, ...] = (
              ("alerting.imbalance_ratio", "alerting.imbalance_min_waiting",
               "alerting.imbalance_kv_gap"), RANK,
              (("engine", "imbalance"),), (("engine", "imbalance"),)),
+    # A route moved to a worse class is the deeper cause of loss on that path (premium
+    # backbone to 163 with 1-3% loss), and the move itself drops packets in flight.
     Decision("LLMPathPacketLoss", "cause", ("slo.loss_ratio",), PATH,
-             (("network", "packet_loss"), ("network", "peak_congestion")),
+             (("network", "packet_loss"), ("network", "peak_congestion"),
+              ("network", "route_change")),
              (("network", "packet_loss"),)),
     # The probe's own TCP stream (TCP_INFO): loss on its carrier though ICMP may be clean;
     # a loss verdict on the carrier explains it, and a probe-scoped one needs it.

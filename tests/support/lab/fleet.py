@@ -61,7 +61,10 @@ SHARED: dict[str, Any] = {
     "slo": {"ttft_p95_seconds": 0.2, "tpot_p95_seconds": 0.1},
     "alerting": {"burn_windows": [{"long": "2m", "short": "1m", "factor": 5, "hold": "10s",
                                    "severity": "critical"}]},
-    "diagnosis": {"window": "5m", "interval": "2s", "history": "10m", "min_requests": 3},
+    # The central store gets each series from the edges' remote write on its own: read it
+    # as docs/scaling.md says, behind the edges' 5 s send deadline with room for a slow one.
+    "diagnosis": {"window": "5m", "interval": "2s", "history": "10m", "min_requests": 3,
+                  "query_offset": "15s"},
 }
 PROBE = {"model": MODEL, "interval": "1s", "max_tokens": 16, "min_spacing": "100ms",
          "timeouts": {"connect": "2s", "first_token": "10s", "total": "20s"}}

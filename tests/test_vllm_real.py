@@ -77,12 +77,16 @@ def vllm() -> Iterator[VllmServer]:
 
 
 def wait_idle(server: VllmServer) -> str:
-    """The exposition once two reads in a row agree on everything the engine counts."""
+    """The exposition once nothing runs or waits and two reads in a row agree on everything
+    the engine counts. Two equal reads alone are not idle: starved of CPU by the tier's other
+    tests, the engine can take no step between them with an earlier test's request still in
+    it, whose latency would then land in the span measured next."""
     previous = ""
-    for _ in range(100):
+    for _ in range(150):
         text = server.metrics()
         engine = "\n".join(line for line in text.splitlines() if line.startswith("vllm:"))
-        if engine == previous:
+        busy = total(text, "vllm:num_requests_running") + total(text, "vllm:num_requests_waiting")
+        if not busy and engine == previous:
             return text
         previous = engine
         time.sleep(0.2)
@@ -183,6 +187,8 @@ def run_bench(vllm: VllmServer, out: Path, *flags: str, prefix: Sequence[str] = 
 def engine_means(before: str, after: str, requests: int) -> tuple[float, float]:
     """vLLM's mean TTFT and E2E over the requests between two expositions, seconds."""
     def mean(family: str) -> float:
+        counted = total(after, f"{family}_count") - total(before, f"{family}_count")
+        assert counted == requests, f"{family}: {counted:g} requests in the span, not {requests}"
         return (total(after, f"{family}_sum") - total(before, f"{family}_sum")) / requests
     return mean("vllm:time_to_first_token_seconds"), mean("vllm:e2e_request_latency_seconds")
 

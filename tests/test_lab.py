@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import threading
@@ -76,6 +77,10 @@ def proxy(port: int, upstream: int, *extra: str) -> subprocess.Popen[bytes]:
     return proc
 
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("@qq")
+
+
 def round_trips(port: int, n: int, gap: float = 0.0) -> list[float]:
     """``n`` line round trips through ``port``, timed on a thread ahead of other load: the
     tier's other tests share these CPUs, and a 30 ms wait for one is not the proxy's."""
@@ -91,13 +96,24 @@ def _round_trips(port: int, n: int, gap: float, out: list[float]) -> None:
     this_thread_to_foreground()
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Ended by the kernel's receive time: when this thread got the CPU back afterwards
+        # is the machine's load, not the proxy's delay.
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         for i in range(n):
-            t = time.perf_counter()
+            sent, start = time.time_ns(), time.perf_counter()
             s.sendall(f"{i}\n".encode())
-            got = b""
+            got, arrived = b"", None
             while not got.endswith(b"\n"):
-                got += s.recv(64)
-            out.append(time.perf_counter() - t)
+                data, ancdata, _, _ = s.recvmsg(64, socket.CMSG_SPACE(_TIMESPEC.size))
+                got += data
+                for level, kind, value in ancdata:
+                    if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
+                        sec, nsec = _TIMESPEC.unpack_from(value)
+                        arrived = sec * 1_000_000_000 + nsec
+            measured = time.perf_counter() - start
+            kernel = None if arrived is None else (arrived - sent) / 1e9
+            # The wall clock can step; the kernel's time counts only when it is sane.
+            out.append(kernel if kernel is not None and 0 <= kernel <= measured else measured)
             time.sleep(gap)
 
 

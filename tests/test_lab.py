@@ -13,7 +13,6 @@ import contextlib
 import datetime as dt
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.checks.path import icmp
 from exporter.config.load import parse_config
 from exporter.probing import tcpinfo
 from tests.support.lab import SCENARIOS
@@ -78,10 +78,6 @@ def proxy(port: int, upstream: int, *extra: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-_TIMESPEC = struct.Struct("@qq")
-
-
 def round_trips(port: int, n: int, gap: float = 0.0) -> list[float]:
     """``n`` line round trips through ``port``, timed on a thread ahead of other load: the
     tier's other tests share these CPUs, and a 30 ms wait for one is not the proxy's."""
@@ -99,22 +95,16 @@ def _round_trips(port: int, n: int, gap: float, out: list[float]) -> None:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Ended by the kernel's receive time: when this thread got the CPU back afterwards
         # is the machine's load, not the proxy's delay.
-        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        s.setsockopt(socket.SOL_SOCKET, icmp.SO_TIMESTAMPNS, 1)
         for i in range(n):
             sent, start = time.time_ns(), time.perf_counter()
             s.sendall(f"{i}\n".encode())
-            got, arrived = b"", None
+            got, ancillary = b"", list[tuple[int, int, bytes]]()
             while not got.endswith(b"\n"):
-                data, ancdata, _, _ = s.recvmsg(64, socket.CMSG_SPACE(_TIMESPEC.size))
+                data, ancdata, _, _ = s.recvmsg(64, icmp.ANCILLARY)
                 got += data
-                for level, kind, value in ancdata:
-                    if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
-                        sec, nsec = _TIMESPEC.unpack_from(value)
-                        arrived = sec * 1_000_000_000 + nsec
-            measured = time.perf_counter() - start
-            kernel = None if arrived is None else (arrived - sent) / 1e9
-            # The wall clock can step; the kernel's time counts only when it is sane.
-            out.append(kernel if kernel is not None and 0 <= kernel <= measured else measured)
+                ancillary = ancdata or ancillary
+            out.append(icmp.kernel_rtt(ancillary, sent, time.perf_counter() - start))
             time.sleep(gap)
 
 

@@ -40,8 +40,21 @@ ICMP_FILTER = 1
 RCVBUF = 4 << 20
 _TIMESPEC = struct.Struct("@qq")
 _HEADER = struct.Struct("!BBHHH")
-_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
+ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
 MODES = ("dgram", "raw")
+
+
+def kernel_rtt(ancdata: list[tuple[int, int, bytes]], sent_wall: int, measured: float) -> float:
+    """The round trip to the kernel's receive timestamp (SO_TIMESTAMPNS in ``ancdata``) from
+    ``sent_wall`` (time.time_ns() at the send), else ``measured`` (this thread's clock)."""
+    for level, kind, value in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = _TIMESPEC.unpack_from(value)
+            kernel: float = (sec * 1_000_000_000 + nsec - sent_wall) / 1e9
+            # Wall clocks can step; the kernel time is used only when it is sane.
+            if 0 <= kernel <= measured:
+                return kernel
+    return measured
 
 
 def _checksum(ident: int, seq: int) -> int:
@@ -147,7 +160,7 @@ class EchoSocket:
     def _readable(self) -> None:
         while True:
             try:
-                data, ancdata, _, src = self._sock.recvmsg(512, _ANCILLARY)
+                data, ancdata, _, src = self._sock.recvmsg(512, ANCILLARY)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -164,15 +177,7 @@ class EchoSocket:
             if entry is None or entry[0].done():
                 continue  # late (its deadline passed), or a duplicate
             fut, sent_wall, sent_mono = entry
-            rtt = now_mono - sent_mono
-            for level, kind, value in ancdata:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                    sec, nsec = _TIMESPEC.unpack_from(value)
-                    kernel = (sec * 1_000_000_000 + nsec - sent_wall) / 1e9
-                    # Wall clocks can step; the kernel time is used only when it is sane.
-                    if 0 <= kernel <= rtt:
-                        rtt = kernel
-            fut.set_result(rtt)
+            fut.set_result(kernel_rtt(ancdata, sent_wall, now_mono - sent_mono))
 
     def close(self) -> None:
         self._loop.remove_reader(self._sock.fileno())

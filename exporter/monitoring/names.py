@@ -213,3 +213,7 @@ CLIENTS_RETRANSMISSION_PEAK = (
     "carrier:llm_clients_segments_retransmitted_per_sent:ratio_rate5m_peak")
 CLIENTS_RETRANSMISSION_OFFPEAK = (
     "carrier:llm_clients_segments_retransmitted_per_sent:ratio_rate5m_offpeak")
+PROBE_STREAM_RETRANSMISSION_PEAK = (
+    "carrier:llm_probe_tcp_segments_retransmitted_per_sent:ratio_rate5m_peak")
+PROBE_STREAM_RETRANSMISSION_OFFPEAK = (
+    "carrier:llm_probe_tcp_segments_retransmitted_per_sent:ratio_rate5m_offpeak")

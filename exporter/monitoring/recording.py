@@ -119,6 +119,12 @@ def clients_recording() -> list[Rule]:
 TAGGED = 'carrier!=""'
 
 
+def probe_stream_retransmission() -> str:
+    """Retransmitted over sent segments of a carrier's probe streams over RATE."""
+    seg = metrics.TcpSegments
+    return segments_share(CARRIER, seg.RETRANSMITTED, seg.SENT, TAGGED)
+
+
 def probe_stream_recording() -> list[Rule]:
     """Per carrier, its probes' own streams (TCP_INFO): retransmitted over sent and out of
     order over received segments, the two shares LLMProbeStreamPacketLoss compares with
@@ -126,8 +132,7 @@ def probe_stream_recording() -> list[Rule]:
     seg = metrics.TcpSegments
     rtt = names.PROBE_TCP_RTT
     return [
-        record(names.PROBE_STREAM_RETRANSMISSION,
-               segments_share(CARRIER, seg.RETRANSMITTED, seg.SENT, TAGGED)),
+        record(names.PROBE_STREAM_RETRANSMISSION, probe_stream_retransmission()),
         record(names.PROBE_STREAM_OUT_OF_ORDER,
                segments_share(CARRIER, seg.OUT_OF_ORDER, seg.RECEIVED, TAGGED)),
         *(record(name, f"histogram_quantile({q:g}, sum by (le, {rtt.level.by}) "
@@ -180,12 +185,16 @@ def peak_recording(config: Config) -> list[Rule]:
         record(names.PATH_LOSS_OFFPEAK,
                loss(names.PATH_RECEIVED_OFFPEAK, names.PATH_SENT_OFFPEAK))
     )
-    # Not from CLIENTS_RETRANSMISSION, for the same reason.
-    retransmission = clients_retransmission()
-    rules += [record(names.CLIENTS_RETRANSMISSION_PEAK, f"{retransmission}\n{peak_gate(name)}",
-                     {"window": name}) for name in windows]
-    rules.append(record(names.CLIENTS_RETRANSMISSION_OFFPEAK,
-                        f"{retransmission}\n{offpeak_gate()}"))
+    # Not from CLIENTS_RETRANSMISSION or PROBE_STREAM_RETRANSMISSION, for the same reason.
+    for retransmission, peak, offpeak in (
+        (clients_retransmission(), names.CLIENTS_RETRANSMISSION_PEAK,
+         names.CLIENTS_RETRANSMISSION_OFFPEAK),
+        (probe_stream_retransmission(), names.PROBE_STREAM_RETRANSMISSION_PEAK,
+         names.PROBE_STREAM_RETRANSMISSION_OFFPEAK),
+    ):
+        rules += [record(peak, f"{retransmission}\n{peak_gate(name)}", {"window": name})
+                  for name in windows]
+        rules.append(record(offpeak, f"{retransmission}\n{offpeak_gate()}"))
     rules.append(
         record(
             names.PATH_LOSS_BASELINE,

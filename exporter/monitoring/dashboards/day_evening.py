@@ -60,13 +60,21 @@ def day_evening(config: Config) -> db.Dashboard:
                [(f"{names.PATH_LOSS_OFFPEAK}{cs}", t),
                 (f"{names.PATH_LOSS_BASELINE}{cs}", f"{t} baseline")],
                lines=(f"{t} baseline",)),
-            ts("Real users' retransmission: peak windows", peak_note, "percentunit",
-               [(f"{names.CLIENTS_RETRANSMISSION_PEAK}{cs}", "{{carrier}} {{window}}")]),
-            ts("Real users' retransmission: off-peak",
-               "Only while no peak window is on: segments retransmitted over sent to the "
-               "carrier's real users.", "percentunit",
-               [(f"{names.CLIENTS_RETRANSMISSION_OFFPEAK}{cs}", "{{carrier}}")]),
         ]
+        for who, peak, offpeak in (
+            ("Real users", names.CLIENTS_RETRANSMISSION_PEAK,
+             names.CLIENTS_RETRANSMISSION_OFFPEAK),
+            ("Probe streams", names.PROBE_STREAM_RETRANSMISSION_PEAK,
+             names.PROBE_STREAM_RETRANSMISSION_OFFPEAK),
+        ):
+            pairs += [
+                ts(f"{who}' retransmission: peak windows", peak_note, "percentunit",
+                   [(f"{peak}{cs}", "{{carrier}} {{window}}")]),
+                ts(f"{who}' retransmission: off-peak",
+                   "Only while no peak window is on: segments retransmitted over sent, "
+                   f"{who.lower()} of the carrier (the kernel's TCP_INFO).", "percentunit",
+                   [(f"{offpeak}{cs}", "{{carrier}}")]),
+            ]
         sections.append(Section("Peak windows vs off-peak, side by side", pairs))
     ago = f"${COMPARE} ago"
     offset = f"offset ${COMPARE}"

@@ -8,7 +8,6 @@ nft): without them they skip, except under CI=true, where they fail.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import socket
@@ -174,6 +173,38 @@ def test_delay_proxy_stalls_each_answer_once() -> None:
 
 
 # --- namespaces ------------------------------------------------------------------------------
+
+
+def first_try(sock: socket.socket) -> bool:
+    """Whether a connect finished without retransmitting (TCP_INFO)."""
+    try:
+        sock.getpeername()
+    except OSError:
+        return False  # still SYN_SENT, or refused
+    info = tcpinfo.read(sock)
+    return info is not None and info.total_retrans == 0
+
+
+def connect_trials(target: str, port: int, n: int) -> list[bool]:
+    """``n`` connects at once, each one trial, lost when its SYN or its SYN-ACK is dropped:
+    judged by the kernel, not by when this thread got the CPU. An attempt is through when it
+    is established with no retransmission half a second on, under the first SYN
+    retransmission (1 s): one checked late under the tier's load is still lost if it needed
+    the retransmission. (An asyncio deadline of 0.5 s per connect saw all 300 time out
+    with nothing dropped while the parts tier loaded the CPUs.)"""
+    this_thread_to_foreground()
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.setblocking(False)
+            sock.connect_ex((target, port))
+        time.sleep(0.5)
+        return [first_try(sock) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def test_nftables_drops_the_configured_share(lab: Lab) -> None:
     client, far = lab.netns("c"), lab.netns("far")
     lab.link(client, "198.18.0.1", far, "198.18.0.2")
@@ -181,20 +212,7 @@ def test_nftables_drops_the_configured_share(lab: Lab) -> None:
     percent, n = 20, 300
     lab.tcp_drops(far, 8000, percent)
 
-    async def connects() -> list[bool]:
-        async def one() -> bool:
-            # A connection fails when its SYN or its SYN-ACK is dropped: 0.5 s is before
-            # the kernel's first SYN retransmission (1 s), so each attempt is one trial.
-            try:
-                _, w = await asyncio.wait_for(asyncio.open_connection("198.18.0.2", 8000), 0.5)
-            except (TimeoutError, OSError):
-                return False
-            w.close()
-            return True
-
-        return await asyncio.gather(*(one() for _ in range(n)))
-
-    ok = in_netns(client, lambda: asyncio.run(connects()))
+    ok = in_netns(client, lambda: connect_trials("198.18.0.2", 8000, n))
     failed = ok.count(False)
     p = percent / 100
     lo, hi = binomial_interval(n, 1 - (1 - p) ** 2)
@@ -227,16 +245,6 @@ def carrier_lab(tmp_path: Path) -> Iterator[CarrierLab]:
         net.close()
 
 
-def first_try(sock: socket.socket) -> bool:
-    """Whether a connect finished without retransmitting (TCP_INFO)."""
-    try:
-        sock.getpeername()
-    except OSError:
-        return False  # still SYN_SENT, or refused
-    info = tcpinfo.read(sock)
-    return info is not None and info.total_retrans == 0
-
-
 def test_stream_loss_drops_the_carriers_tcp_on_arrival_and_spares_its_echoes(
         carrier_lab: CarrierLab) -> None:
     net = carrier_lab
@@ -247,25 +255,7 @@ def test_stream_loss_drops_the_carriers_tcp_on_arrival_and_spares_its_echoes(
     net.shape("unicom", CarrierPath(), seed=1)
     mobile, unicom = net.carriers["mobile"], net.carriers["unicom"]
 
-    def connects(target: str) -> list[bool]:
-        """Each attempt one trial, lost when its SYN (at the proxy) or SYN-ACK (at the
-        client) is dropped: judged by the kernel, not by when this thread got the CPU. An
-        attempt is through when it is established with no retransmission half a second on,
-        under the first SYN retransmission (1 s): one checked late under the tier's load
-        is still lost if it needed the retransmission."""
-        this_thread_to_foreground()
-        socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-        try:
-            for sock in socks:
-                sock.setblocking(False)
-                sock.connect_ex((target, PROXY_PORT))
-            time.sleep(0.5)
-            return [first_try(sock) for sock in socks]
-        finally:
-            for sock in socks:
-                sock.close()
-
-    ok = in_netns(net.client, lambda: connects(mobile.target))
+    ok = in_netns(net.client, lambda: connect_trials(mobile.target, PROXY_PORT, n))
     failed = ok.count(False)
     lo, hi = binomial_interval(n, 1 - (1 - percent / 100) ** 2)
     assert lo <= failed <= hi, (failed, lo, hi)
@@ -275,7 +265,7 @@ def test_stream_loss_drops_the_carriers_tcp_on_arrival_and_spares_its_echoes(
     # Echoes are untouched: ICMP to the carrier is clean while its stream loses.
     assert in_netns(net.client, lambda: echoes(mobile.target, 40)) == 40
     # Another carrier's stream is not: nothing is dropped on its way.
-    ok = in_netns(net.client, lambda: connects(unicom.target))
+    ok = in_netns(net.client, lambda: connect_trials(unicom.target, PROXY_PORT, n))
     assert ok.count(False) == 0
     assert net.lab.nft_counters(unicom.ns) == 0
 

@@ -209,11 +209,7 @@ PATH_LOSS_BASELINE = "path:llm_path_packets_lost_per_sent:ratio_offpeak_baseline
 # Off-peak packet rates, summed over the baseline window for PATH_LOSS_BASELINE.
 PATH_SENT_OFFPEAK = "path:llm_path_packets_sent:rate5m_offpeak"
 PATH_RECEIVED_OFFPEAK = "path:llm_path_packets_received:rate5m_offpeak"
-CLIENTS_RETRANSMISSION_PEAK = (
-    "carrier:llm_clients_segments_retransmitted_per_sent:ratio_rate5m_peak")
-CLIENTS_RETRANSMISSION_OFFPEAK = (
-    "carrier:llm_clients_segments_retransmitted_per_sent:ratio_rate5m_offpeak")
-PROBE_STREAM_RETRANSMISSION_PEAK = (
-    "carrier:llm_probe_tcp_segments_retransmitted_per_sent:ratio_rate5m_peak")
-PROBE_STREAM_RETRANSMISSION_OFFPEAK = (
-    "carrier:llm_probe_tcp_segments_retransmitted_per_sent:ratio_rate5m_offpeak")
+CLIENTS_RETRANSMISSION_PEAK = f"{CLIENTS_RETRANSMISSION}_peak"
+CLIENTS_RETRANSMISSION_OFFPEAK = f"{CLIENTS_RETRANSMISSION}_offpeak"
+PROBE_STREAM_RETRANSMISSION_PEAK = f"{PROBE_STREAM_RETRANSMISSION}_peak"
+PROBE_STREAM_RETRANSMISSION_OFFPEAK = f"{PROBE_STREAM_RETRANSMISSION}_offpeak"

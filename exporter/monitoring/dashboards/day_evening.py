@@ -61,19 +61,18 @@ def day_evening(config: Config) -> db.Dashboard:
                 (f"{names.PATH_LOSS_BASELINE}{cs}", f"{t} baseline")],
                lines=(f"{t} baseline",)),
         ]
-        for who, peak, offpeak in (
-            ("Real users", names.CLIENTS_RETRANSMISSION_PEAK,
-             names.CLIENTS_RETRANSMISSION_OFFPEAK),
-            ("Probe streams", names.PROBE_STREAM_RETRANSMISSION_PEAK,
-             names.PROBE_STREAM_RETRANSMISSION_OFFPEAK),
+        for who, whose, peak, offpeak in (
+            ("Real users", "to the carrier's real users (sock_diag)",
+             names.CLIENTS_RETRANSMISSION_PEAK, names.CLIENTS_RETRANSMISSION_OFFPEAK),
+            ("Probe streams", "by the carrier's probes on their own connections (TCP_INFO)",
+             names.PROBE_STREAM_RETRANSMISSION_PEAK, names.PROBE_STREAM_RETRANSMISSION_OFFPEAK),
         ):
             pairs += [
                 ts(f"{who}' retransmission: peak windows", peak_note, "percentunit",
                    [(f"{peak}{cs}", "{{carrier}} {{window}}")]),
                 ts(f"{who}' retransmission: off-peak",
-                   "Only while no peak window is on: segments retransmitted over sent, "
-                   f"{who.lower()} of the carrier (the kernel's TCP_INFO).", "percentunit",
-                   [(f"{offpeak}{cs}", "{{carrier}}")]),
+                   f"Only while no peak window is on: segments retransmitted over sent {whose}.",
+                   "percentunit", [(f"{offpeak}{cs}", "{{carrier}}")]),
             ]
         sections.append(Section("Peak windows vs off-peak, side by side", pairs))
     ago = f"${COMPARE} ago"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from exporter.checks.path.routes import load_table
 from tests.support.lab.scenario import CARRIERS, CarrierPath, hop_networks
-from tests.support.netlab import Lab, sh
+from tests.support.netlab import Lab, Responder, sh
 
 #: The TCP port each carrier's proxy listens on (inside its own namespace).
 PROXY_PORT = 8000
@@ -51,7 +51,8 @@ class Carrier:
     site_side: str
     path: CarrierPath = field(default_factory=CarrierPath)
     hops: list[str] = field(default_factory=list)  # router addresses, client side first
-    responder: subprocess.Popen[bytes] | None = None
+    #: Its echo log is the ground truth of the delay each echo was given.
+    responder: Responder | None = None
     proxy: subprocess.Popen[bytes] | None = None
     routes: int = 0  # router chains built so far
 
@@ -141,12 +142,11 @@ class CarrierLab:
         """Give the carrier this delay, jitter, loss, stream loss and stall (restarting the responder and
         the proxy, which take their settings at start; open connections are cut)."""
         c = self.carriers[carrier]
-        for proc in (c.responder, c.proxy):
+        for proc in (c.responder.proc if c.responder else None, c.proxy):
             if proc is not None:
                 self.lab.stop(proc)
         seed = seed * 10 + c.index
-        c.responder = self.lab.responder(c.ns, path.delay, path.jitter, path.loss,
-                                         seed=seed).proc
+        c.responder = self.lab.responder(c.ns, path.delay, path.jitter, path.loss, seed=seed)
         c.proxy = self.lab.delay_proxy(
             c.ns, f"0.0.0.0:{PROXY_PORT}", f"{c.site_side}:{self.sim_port}",
             path.delay, path.jitter, seed=seed, stall=path.stall, stall_after=path.stall_after)

@@ -279,6 +279,9 @@ STAND_IN_LATE = 0.015
 SHAPED = Scenario.model_validate({
     "description": "lab infrastructure check", "settle": "10s", "expect": [],
     "load": {"rate": 2},
+    # The engine times each request, so the probes' TTFT splits into the engine's share and
+    # the network's (see the test below).
+    "simulator": {"flags": {"enable_per_request_metrics": True}},
     "paths": {"telecom": {"delay": "300ms", "jitter": "10ms"}},
     "gpu": {"count": 2, "throttle": ["sw_thermal"], "utilization": 0.42, "dram_bw": 0.77},
 })
@@ -301,14 +304,16 @@ def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
 def test_carrier_delay_in_probe_gpu_in_metrics_and_a_route_change(
         scenario_lab: Callable[..., LabRun]) -> None:
     with scenario_lab(SHAPED) as run:
-        def mean_ttft(probe: str, s: dict) -> float:  # type: ignore[type-arg]
-            n = value(s, "llm_probe_time_to_first_token_seconds_count", probe=probe)
-            return value(s, "llm_probe_time_to_first_token_seconds_sum", probe=probe) / n
+        def mean_network(probe: str, s: dict) -> float:  # type: ignore[type-arg]
+            n = value(s, "llm_probe_server_timing_seconds_count", probe=probe,
+                      part="network_frontend")
+            return value(s, "llm_probe_server_timing_seconds_sum", probe=probe,
+                         part="network_frontend") / n
 
         deadline = time.monotonic() + 60
         while True:
             s = samples(run)
-            counts = [value(s, "llm_probe_time_to_first_token_seconds_count", probe=p)
+            counts = [value(s, "llm_probe_server_split_total", probe=p, split="exact")
                       for p in ("local", *CARRIERS)]
             route = value(s, "llm_path_route_info", carrier="telecom", route_class="cn2_gia")
             if min(counts) >= 8 and route == 1:
@@ -316,13 +321,19 @@ def test_carrier_delay_in_probe_gpu_in_metrics_and_a_route_change(
             assert time.monotonic() < deadline, (counts, route, run.logs["exporter"].read_text()[-2000:])
             time.sleep(1)
 
-        # The tagged probe crosses telecom's proxy: one 300 ms round trip more than local.
-        # Means of about ten requests, so one slow request on a loaded 2-core runner moves
-        # them by a few tens of ms: the tolerance is that, far below the 300 ms measured.
-        extra = mean_ttft("telecom", s) - mean_ttft("local", s)
+        # The tagged probe crosses telecom's proxy: one 300 ms round trip more than local,
+        # in the network's share of its TTFT (TTFT less the engine's own queue and prefill of
+        # that request). Not the whole TTFT: each probe's requests meet the engine at other
+        # moments, and one queued behind the load on a loaded runner moved a mean of eight by
+        # 72 ms (the project's CI: mobile 137 ms against local's 46 ms). Every probe's
+        # requests split exactly; the tolerance is the frontends' scheduling on 2 cores.
+        for split in ("absent", "inconsistent"):
+            assert value(s, "llm_probe_server_split_total", split=split) == 0, split
+        extra = mean_network("telecom", s) - mean_network("local", s)
         assert abs(extra - 0.3) < 0.04, extra
         for carrier in ("mobile", "unicom"):  # the default 20 ms paths
-            assert abs(mean_ttft(carrier, s) - mean_ttft("local", s) - 0.02) < 0.04, carrier
+            extra = mean_network(carrier, s) - mean_network("local", s)
+            assert abs(extra - 0.02) < 0.04, (carrier, extra)
         # The exporter's RTT is the round trip the path gave its echoes: the responder's log
         # of the delay it applied to each (its bursts settle in order, so the first
         # `received` echoes are the ones counted), the stand-in's own lateness included.

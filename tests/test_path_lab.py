@@ -24,7 +24,7 @@ from exporter.checks.path.check import PathCheck
 from exporter.checks.path.route import RouteCheck
 from exporter.config.load import parse_config
 from tests.support import ROOT
-from tests.support.netlab import Lab, Responder, binomial_interval, in_netns, sh
+from tests.support.netlab import Lab, Responder, applied_range, binomial_interval, in_netns, sh
 from tests.support.procs import http_get
 from tests.support.samples import Exposed, parse, published_value
 
@@ -100,8 +100,10 @@ def test_icmp_rtt_loss_and_jitter_match_the_responder(lab: Lab, mode: str) -> No
         mean_rtt = published_value(reg.checks, "llm_path_rtt_seconds_sum", **labels) / received
         applied = statistics.fmean(e[5] for e in echoes if e[4])
         assert abs(mean_rtt - applied) < 0.001, (name, mean_rtt, applied)
-        if jitter <= 0.005:  # the sample mean of wider jitter wanders by more than 1 ms
-            assert abs(mean_rtt - delay) < 0.001, (name, mean_rtt, delay)
+        # And the responder gave the path's shape: the nominal delay, not 1 ms of it, since
+        # its own lateness on a loaded runner is not the prober's error.
+        low, high = applied_range(delay, jitter, int(received))
+        assert low <= applied <= high, (name, applied, delay)
 
         # RTT differences of iid uniform(+-j) delays: E|D| = 2j/3, the RFC 3550 fixed point.
         analytic = 2 * jitter / 3

@@ -68,6 +68,20 @@ def require_lab() -> None:
     pytest.skip(reason)
 
 
+#: How late the userspace echo responder may answer on average, on a loaded 2-core runner
+#: (it asks for real-time priority, which a container may refuse): 3 ms was seen beside six
+#: spinning processes, 5 ms in a loaded CI run.
+STAND_IN_LATE = 0.015
+
+
+def applied_range(delay: float, jitter: float, n: int) -> tuple[float, float]:
+    """Where the mean of ``n`` round trips the responder applied for ``delay`` +- uniform
+    ``jitter`` lies: within four standard errors of ``delay``, plus up to STAND_IN_LATE above
+    it (a userspace stand-in for netem can only answer late)."""
+    bound = 4 * jitter / math.sqrt(3 * n)
+    return delay - bound, delay + bound + STAND_IN_LATE
+
+
 def binomial_interval(n: int, p: float, mass: float = 0.99) -> tuple[int, int]:
     """Central interval of Binomial(n, p) holding at least ``mass`` of the probability."""
     tail = (1 - mass) / 2

@@ -65,6 +65,8 @@ def test_json_schema_and_summary(sim: Simulator, tmp_path: Path) -> None:
         assert 1 <= len(r["itl_s"]) < 9
         assert r["tpot_s"] == pytest.approx((r["e2e_s"] - r["ttft_s"]) / 9)
         assert 30 <= r["prompt_tokens"] <= 110 and r["max_tokens"] == 10
+        # This simulator does not time its requests: nothing to split TTFT by.
+        assert r["server_split"] == "absent" and r["network_frontend_s"] is None
     s = doc["summary"]
     assert s["requests"] == 8 and s["ok"] == 8 and s["outcomes"] == {"ok": 8}
     assert s["output_tokens"] == 80 and s["success_ratio"] == 1.0
@@ -74,6 +76,25 @@ def test_json_schema_and_summary(sim: Simulator, tmp_path: Path) -> None:
     assert s["latency"]["itl_s"]["count"] == sum(len(r["itl_s"]) for r in records)
     assert s["request_throughput"] == pytest.approx(8 / s["duration_s"])
     assert s["goodput"]["good"] == 8 and s["goodput"]["ratio"] == 1.0
+
+
+def test_records_split_ttft_by_the_engines_own_timing(
+        simulator: StartSimulator, tmp_path: Path) -> None:
+    """An engine that times each request: its frontend spends 40 ms before queueing and its
+    engine 60 ms after admitting; each record places them as the probe does and the parts
+    add up to the record's TTFT."""
+    timed = simulator(fmt="vllm", fast=True, enable_per_request_metrics=True)
+    timed.faults(frontend_delay=0.04, slow_first_token=0.06)
+    out = tmp_path / "run.json"
+    proc = bench("--url", timed.base, "--model", MODEL, "--requests", "4", "--concurrency", "1",
+                 "--max-tokens", "4", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    for r in json.loads(out.read_text())["requests"]:
+        assert r["server_split"] == "exact", r
+        assert r["network_frontend_s"] + r["queue_s"] + r["prefill_s"] == pytest.approx(
+            r["ttft_s"]), r
+        assert 0.04 <= r["network_frontend_s"] < 0.04 + 0.5 * r["ttft_s"], r
+        assert r["prefill_s"] >= 0.06 and r["queue_s"] < 0.03 and r["decode_s"] > 0, r
 
 
 def test_rate_duration_prompts_file_and_failures(sim: Simulator, tmp_path: Path) -> None:
@@ -93,6 +114,7 @@ def test_rate_duration_prompts_file_and_failures(sim: Simulator, tmp_path: Path)
     assert set(outcomes) <= {"ok", "http_5xx"} and sum(outcomes.values()) == len(records)
     failed = [r for r in records if r["outcome"] == "http_5xx"]
     assert failed and all(r["ttft_s"] is None and r["status"] == 500 for r in failed)
+    assert all(r["server_split"] is None for r in failed)  # no first token to split
     # Failures count against goodput, not in the latency percentiles.
     s = doc["summary"]
     assert s["goodput"]["ratio"] == pytest.approx(s["goodput"]["good"] / len(records))

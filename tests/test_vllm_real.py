@@ -58,6 +58,9 @@ pytestmark = pytest.mark.timeout(300)
 MAX_NUM_SEQS = 2
 #: Most a client's mean TTFT or E2E may exceed vLLM's over loopback, seconds.
 GAP_TOLERANCE = 0.05
+#: vLLM's per-request spans against its histograms: milliseconds as floats, the same
+#: timestamps; a margin for float rounding only.
+SPLIT_ROUNDING = 0.001
 #: Output tokens of the answers TTFT is compared on: a first token whose text is empty (part
 #: of a character) moves the client's TTFT to the next, so one is too few.
 SHORT_ANSWER = 3
@@ -228,9 +231,20 @@ def test_bench_against_real_streams_and_ttft_versus_engine(vllm: VllmServer,
     assert len(short_records) == 12 and all(r["ttft_s"] is not None for r in short_records)
     ttft_gap = statistics.fmean(r["ttft_s"] for r in short_records) - engine_means(
         short_before, short_after, 12)[0]
+    # Each short answer's TTFT split by vLLM's own timing of it (--enable-per-request-metrics):
+    # what is left after its queue and prefill is the way in and out, vLLM's frontend
+    # included. vLLM's TTFT runs from the request's arrival, before it queued, so the
+    # client's lead over it can only be less than that share; and the share is small on
+    # loopback in most requests, whatever one request waited for a CPU (the mean of the
+    # twelve exceeded 50 ms twice in CI: 52.5 and 64 ms).
+    assert {r["server_split"] for r in short_records} == {"exact"}
+    shares = [r["network_frontend_s"] for r in short_records]
     print(f"client less engine, mean: E2E {e2e_gap * 1000:.2f} ms, "
-          f"TTFT {ttft_gap * 1000:.2f} ms")
-    assert 0 < e2e_gap < GAP_TOLERANCE and 0 < ttft_gap < GAP_TOLERANCE, (e2e_gap, ttft_gap)
+          f"TTFT {ttft_gap * 1000:.2f} ms; network and frontend share of TTFT, median "
+          f"{statistics.median(shares) * 1000:.2f} ms, mean {statistics.fmean(shares) * 1000:.2f} ms")
+    assert 0 < e2e_gap < GAP_TOLERANCE, e2e_gap
+    assert 0 < ttft_gap <= statistics.fmean(shares) + SPLIT_ROUNDING, (ttft_gap, shares)
+    assert statistics.median(shares) < GAP_TOLERANCE, shares
 
 
 def test_probe_against_the_real_server(vllm: VllmServer, tmp_path: Path) -> None:

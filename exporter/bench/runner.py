@@ -16,8 +16,10 @@ from typing import Any, TextIO
 from exporter.bench.config import BenchConfig
 from exporter.bench.failures import ERROR_BODY_BYTES, record_detail
 from exporter.bench.workload import RequestSource
+from exporter.probing import server_timing
 from exporter.probing.client import Client
 from exporter.probing.request import RequestResult
+from exporter.probing.stream import StreamResult
 
 #: A safety cap only: ~250 bytes per streamed token leaves room for 200k-token answers.
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -63,6 +65,21 @@ class Progress:
             self._out.flush()
 
 
+def engine_split(s: StreamResult | None) -> dict[str, Any]:
+    """The request's TTFT split by the engine's own timing of it, as the probe splits it
+    (exporter/probing/server_timing.py): nulls where there was no first token or no
+    usable timing, and ``server_split`` says which."""
+    decided, parts = (server_timing.split(server_timing.parse(s.server_timing), s.ttft)
+                      if s is not None and s.ttft is not None else (None, None))
+    return {
+        "server_split": decided.value if decided is not None else None,
+        "queue_s": parts.queue if parts else None,
+        "prefill_s": parts.prefill if parts else None,
+        "network_frontend_s": parts.network_frontend if parts else None,
+        "decode_s": parts.decode if parts else None,
+    }
+
+
 def to_record(i: int, max_tokens: int, res: RequestResult, origin: float) -> dict[str, Any]:
     """One request as stored in --json: times in seconds; start_s is when the request was
     written on its connection (relative to the run's start); TTFT/E2E count from there."""
@@ -86,6 +103,7 @@ def to_record(i: int, max_tokens: int, res: RequestResult, origin: float) -> dic
         "prompt_tokens": s.prompt_tokens if s else None,
         "cached_tokens": s.cached_tokens if s else None,
         "max_tokens": max_tokens,
+        **engine_split(s),
     }
 
 

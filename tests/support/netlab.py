@@ -82,12 +82,20 @@ def applied_range(delay: float, jitter: float, n: int) -> tuple[float, float]:
     return delay - bound, delay + bound + STAND_IN_LATE
 
 
+def _binomial_pmf(n: int, p: float, k: int) -> float:
+    if p in (0.0, 1.0):
+        return float(k == round(n * p))
+    # In logs: C(n, k) overflows a float from n of about a thousand.
+    return math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                    + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
 def binomial_interval(n: int, p: float, mass: float = 0.99) -> tuple[int, int]:
     """Central interval of Binomial(n, p) holding at least ``mass`` of the probability."""
     tail = (1 - mass) / 2
     cdf, lo, hi = 0.0, None, n
     for k in range(n + 1):
-        cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        cdf += _binomial_pmf(n, p, k)
         if lo is None and cdf > tail:
             lo = k
         if cdf >= 1 - tail:

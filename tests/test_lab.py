@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gc
 import math
 import socket
 import statistics
@@ -90,8 +91,17 @@ def round_trips(port: int, n: int, gap: float = 0.0) -> list[float]:
     tier's other tests share these CPUs, and a 30 ms wait for one is not the proxy's."""
     out: list[float] = []
     worker = threading.Thread(target=_round_trips, args=(port, n, gap, out))
-    worker.start()
-    worker.join()
+    # The echo thread and this one live in the test worker, whose heap after hundreds of
+    # tests takes tens of ms to collect: a collection either of them triggers would land
+    # inside a round trip (CI at e32c454: one of 30 was 21 ms late).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        worker.start()
+        worker.join()
+    finally:
+        if collecting:
+            gc.enable()
     assert len(out) == n, f"{len(out)} of {n} round trips (see the thread's error above)"
     return out
 

@@ -3,8 +3,8 @@
 An engine exposition is mostly families the exporter does not re-expose (request-size
 histograms, process metrics, `_created` samples). Each line's metric name is cut off with
 ``str.find`` and looked up in a dict of the sample names the table maps; every other line is
-skipped before any label parsing, which is what makes this several times faster than
-``prometheus_client.parser`` (benchmarks/engine_parse.py).
+skipped before any label parsing, which is what makes this several times faster than the
+Prometheus client library's own text parser (benchmarks/engine_parse.py).
 
 Lines that are read are validated strictly: a malformed one fails the whole scrape, as it
 would in Prometheus, and so do a series written twice (same name and label set as written),

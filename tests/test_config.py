@@ -8,8 +8,10 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
+from exporter.config import yamlfile
 from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError, unwrap
@@ -295,3 +297,27 @@ def test_min_baseline_fits_the_history_and_sets_the_baseline_step() -> None:
     lab = parse_config("diagnosis: {window: 30s, interval: 2s, history: 10m, "
                        "min_baseline: 20s}\n").diagnosis
     assert lab.baseline_step == 2  # ten steps in the shortest baseline
+
+
+@pytest.mark.parametrize("text", [
+    EXAMPLE.read_text(encoding="utf-8"),
+    "a: &x {b: [1, 2]}\nc: *x\nd:\n  <<: *x\n  e: 'f'\n",
+    "a: [1, 2\n",  # unclosed: the same line and column from either parser
+    "a: 1\na: 2\n",
+])
+def test_libyaml_and_the_python_parser_give_the_same_data_lines_and_errors(
+        text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config reader takes libyaml's parser where PyYAML has it, PyYAML's own where not:
+    a user's file means the same under both, line numbers included, and a syntax error is
+    placed alike (the two word the problem itself differently)."""
+    assert yaml.__with_libyaml__  # the wheels carry libyaml, so the fast path is what runs
+
+    def read() -> tuple[object, object]:
+        try:
+            return yamlfile.compose(text)
+        except ConfigError as exc:
+            return "error", [m.partition("invalid YAML")[0] for m in exc.messages]
+
+    fast = read()
+    monkeypatch.setattr(yamlfile, "Loader", yaml.SafeLoader)
+    assert read() == fast

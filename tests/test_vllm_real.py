@@ -56,7 +56,8 @@ from tests.support.vllm_server import (
 pytestmark = pytest.mark.timeout(300)
 
 MAX_NUM_SEQS = 2
-#: Most a client's mean TTFT or E2E may exceed vLLM's over loopback, seconds.
+#: Most the median request of a client's TTFT or E2E may spend outside vLLM (the network, its
+#: frontend) over loopback, seconds.
 GAP_TOLERANCE = 0.05
 #: vLLM's per-request spans against its histograms: milliseconds as floats, the same
 #: timestamps; a margin for float rounding only.
@@ -239,10 +240,20 @@ def test_bench_against_real_streams_and_ttft_versus_engine(vllm: VllmServer,
     # twelve exceeded 50 ms twice in CI: 52.5 and 64 ms).
     assert {r["server_split"] for r in short_records} == {"exact"}
     shares = [r["network_frontend_s"] for r in short_records]
+    # The same for E2E, on the long answers: vLLM's E2E runs from arrival to the last token,
+    # its queue + prefill + decode of each request from queued to the last token, so the
+    # client's lead over its E2E is at most what each request's own timing leaves outside
+    # the engine (the mean of twelve leads was 50.9 ms in one CI run, 8.8 ms the median
+    # TTFT share).
+    assert {r["server_split"] for r in records} == {"exact"}
+    e2e_shares = [r["e2e_s"] - r["queue_s"] - r["prefill_s"] - r["decode_s"] for r in records]
     print(f"client less engine, mean: E2E {e2e_gap * 1000:.2f} ms, "
-          f"TTFT {ttft_gap * 1000:.2f} ms; network and frontend share of TTFT, median "
-          f"{statistics.median(shares) * 1000:.2f} ms, mean {statistics.fmean(shares) * 1000:.2f} ms")
-    assert 0 < e2e_gap < GAP_TOLERANCE, e2e_gap
+          f"TTFT {ttft_gap * 1000:.2f} ms; outside the engine, median and mean: of TTFT "
+          f"{statistics.median(shares) * 1000:.2f} and {statistics.fmean(shares) * 1000:.2f} ms, "
+          f"of E2E {statistics.median(e2e_shares) * 1000:.2f} and "
+          f"{statistics.fmean(e2e_shares) * 1000:.2f} ms")
+    assert 0 < e2e_gap <= statistics.fmean(e2e_shares) + SPLIT_ROUNDING, (e2e_gap, e2e_shares)
+    assert statistics.median(e2e_shares) < GAP_TOLERANCE, e2e_shares
     assert 0 < ttft_gap <= statistics.fmean(shares) + SPLIT_ROUNDING, (ttft_gap, shares)
     assert statistics.median(shares) < GAP_TOLERANCE, shares
 

@@ -240,11 +240,14 @@ def test_bench_against_real_streams_and_ttft_versus_engine(vllm: VllmServer,
     # twelve exceeded 50 ms twice in CI: 52.5 and 64 ms).
     assert {r["server_split"] for r in short_records} == {"exact"}
     shares = [r["network_frontend_s"] for r in short_records]
-    # The same for E2E, on the long answers: vLLM's E2E runs from arrival to the last token,
-    # its queue + prefill + decode of each request from queued to the last token, so the
-    # client's lead over its E2E is at most what each request's own timing leaves outside
-    # the engine (the mean of twelve leads was 50.9 ms in one CI run, 8.8 ms the median
-    # TTFT share).
+    # The same for E2E, on the long answers: vLLM's queue + prefill + decode of each request
+    # runs from queued to the last token, inside the client's span, and its E2E from arrival
+    # to when its frontend stamps the finish, which covers that span too, so the client's
+    # lead over vLLM's E2E is at most what each request's own timing leaves outside the
+    # engine (the mean of twelve leads was 50.9 ms in one CI run, 8.8 ms the median TTFT
+    # share). The lead itself has no lower bound: the frontend may stamp the finish after the
+    # client has read the last token (-0.4 ms and -7.5 ms in two CI runs, with each
+    # request's own span inside the client's), so that is what is held below.
     assert {r["server_split"] for r in records} == {"exact"}
     e2e_shares = [r["e2e_s"] - r["queue_s"] - r["prefill_s"] - r["decode_s"] for r in records]
     print(f"client less engine, mean: E2E {e2e_gap * 1000:.2f} ms, "
@@ -252,7 +255,8 @@ def test_bench_against_real_streams_and_ttft_versus_engine(vllm: VllmServer,
           f"{statistics.median(shares) * 1000:.2f} and {statistics.fmean(shares) * 1000:.2f} ms, "
           f"of E2E {statistics.median(e2e_shares) * 1000:.2f} and "
           f"{statistics.fmean(e2e_shares) * 1000:.2f} ms")
-    assert 0 < e2e_gap <= statistics.fmean(e2e_shares) + SPLIT_ROUNDING, (e2e_gap, e2e_shares)
+    assert min(e2e_shares) > -SPLIT_ROUNDING, e2e_shares
+    assert e2e_gap <= statistics.fmean(e2e_shares) + SPLIT_ROUNDING, (e2e_gap, e2e_shares)
     assert statistics.median(e2e_shares) < GAP_TOLERANCE, e2e_shares
     assert 0 < ttft_gap <= statistics.fmean(shares) + SPLIT_ROUNDING, (ttft_gap, shares)
     assert statistics.median(shares) < GAP_TOLERANCE, shares

@@ -10,6 +10,7 @@ Thanos. The Observations must carry what the exporter itself measured.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import http.server
 import json
@@ -146,8 +147,9 @@ def counts_since_first_scrape(prom: str, at: float, family: str, **labels: str
         row = []
         for le, samples in per_le.items():
             t, v = samples[i]
-            before = [w for u, w in samples if u <= t - rate] or [samples[0][1]]
-            row.append((le, v - before[-1]))
+            # The last sample at least RATE before this one, else the first scrape.
+            j = bisect.bisect_right(samples, t - rate, key=lambda s: s[0]) - 1
+            row.append((le, v - samples[max(j, 0)][1]))
         evaluations.append(row)
     return evaluations
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from exporter.metrics import names
 from exporter.monitoring import dashboards as grafana
-from exporter.monitoring import names
 from exporter.monitoring.dashboards.kit import COMPARE
 from tests.support import ROOT
 from tests.support.generated import (

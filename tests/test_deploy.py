@@ -31,7 +31,8 @@ from exporter.config.load import load_config
 from exporter.config.values import parse_duration
 from exporter.config.yamlfile import ConfigError
 from exporter.diagnosis import promqueries
-from exporter.monitoring import names, prometheusrule
+from exporter.metrics import names
+from exporter.monitoring import prometheusrule
 from exporter.stack import configs
 from exporter.stack.state import Ports
 from tests.support import ROOT, generated

@@ -41,7 +41,7 @@ from exporter.diagnosis.observations import (
 )
 from exporter.diagnosis.promapi import PromClient
 from exporter.diagnosis.windows import History
-from exporter.monitoring import names
+from exporter.metrics import names
 from tests.support import recorded
 from tests.support.procs import Proc, free_port, http_get, wait_until
 from tests.support.prometheus import command, require
@@ -102,13 +102,13 @@ def _answers(url: str, end: float, window: float, config: Config) -> prometheus.
     return answers
 
 
-def _prometheus_context(fleet: dict[str, Any], config: Config) -> declare.Context:
+def _prometheus_context(fleet: dict[str, Any], config: Config) -> declare.Evaluation:
     return prometheus.context(_answers(fleet["url"], fleet["end"], WINDOW, config), config,
                               WINDOW)
 
 
 @pytest.fixture(scope="module")
-def contexts(fleet: dict[str, Any], config: Config) -> tuple[declare.Context, declare.Context]:
+def contexts(fleet: dict[str, Any], config: Config) -> tuple[declare.Evaluation, declare.Evaluation]:
     history: History = fleet["history"]
     w = history.window_at(fleet["end"])
     assert w is not None and w.span == WINDOW
@@ -123,7 +123,7 @@ ALL = [(table, o) for table in observables.TABLES for o in table]
 @pytest.mark.parametrize(("table", "observable"), ALL,
                          ids=[f"{o.kind.name}.{o.field}" for _, o in ALL])
 def test_both_sources_give_the_same_numbers(
-    contexts: tuple[declare.Context, declare.Context], table: tuple[declare.Observable, ...],
+    contexts: tuple[declare.Evaluation, declare.Evaluation], table: tuple[declare.Observable, ...],
     observable: declare.Observable,
 ) -> None:
     mine, theirs = contexts

@@ -37,8 +37,8 @@ from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.promapi import PromClient
 from exporter.diagnosis.prometheus import PrometheusError, observe
 from exporter.diagnosis.result import SCHEMA_ID, Diagnosis, Evidence, Step, Verdict
+from exporter.metrics.names import RATE
 from exporter.monitoring import generate
-from exporter.monitoring.names import RATE
 from tests.support import ROOT
 from tests.support.e2e_exporter import loopback_config
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until

@@ -252,7 +252,7 @@ def test_the_fastest_prefill_over_the_history_is_per_window_span() -> None:
     from exporter.config.load import parse_config
     from exporter.diagnosis import declare, observables
     from exporter.diagnosis.embedded import Evaluator
-    from exporter.diagnosis.windows import Baseline, Layout, Snapshot, Window
+    from exporter.diagnosis.windows import Layout, OffPeak, Snapshot, Window
 
     config = parse_config("diagnosis: {window: 30s, interval: 10s, min_baseline: 100s}")
     (row,) = [o for o in observables.ENGINE_TABLE if o.field == "prefill_rate_max"]
@@ -267,7 +267,7 @@ def test_the_fastest_prefill_over_the_history_is_per_window_span() -> None:
     snaps = [Snapshot(float(t), False, layout, array("d", [n, s])) for t, n, s in points]
 
     def best(history: list[Snapshot]) -> dict[tuple[str, ...], float]:
-        ev = Evaluator(Window(tuple(history[-2:]), 30.0), Baseline(), None, config,
+        ev = Evaluator(Window(tuple(history[-2:]), 30.0), OffPeak(), None, config,
                        _everything=history)
         return declare.evaluate(row.expr, row.kind, ev.context())
 

@@ -1,4 +1,4 @@
-"""Recorded names: exporter/monitoring/names.py writes each one out once; here each is held
+"""Recorded names: exporter/metrics/names.py writes each one out once; here each is held
 to ``level:metric:operations``, its metric part to the metric schema, and the module to
 what the recording rules record."""
 
@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from exporter import metrics
-from exporter.metrics import ProbeOutcome
-from exporter.monitoring import generate, names
-from exporter.monitoring.names import RATE, PeakSeries, Quantiles
+from exporter.metrics import ProbeOutcome, names
+from exporter.metrics.names import RATE, PeakSeries, Quantiles
+from exporter.monitoring import generate
 from exporter.monitoring.recording import goodput_windows
 from tests.support.generated import example, rules_of
 

@@ -32,7 +32,7 @@ from exporter.diagnosis.promapi import SourceError
 from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.text import render
 from exporter.diagnosis.thresholds import resolve
-from exporter.monitoring.promql import prom_duration
+from exporter.metrics.names import prom_duration
 
 EXIT_HEALTHY, EXIT_FOUND, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 DEFAULT_EXPORTER = "http://127.0.0.1:9400"

@@ -8,7 +8,7 @@ is done here, once, for both. So a number the chain reads cannot mean one thing 
 exporter and another from Prometheus; tests/test_diagnosis_agreement.py holds the two
 evaluators to the same values on the same samples, declaration by declaration.
 
-Every value is keyed by its ``Kind``'s labels (the window it fills: a probe, a path, an
+Every value is keyed by its ``WindowKey``'s labels (the window it fills: a probe, a path, an
 engine, ...) followed by the leaf's ``by`` labels; a key no series gives is absent, never 0.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 from exporter import metrics
 from exporter.config.models import Config
 from exporter.diagnosis import stats
-from exporter.monitoring.names import FLEET, Quantiles
+from exporter.metrics.names import FLEET, Quantiles
 
 Values = dict[tuple[str, ...], float]
 #: (label, its wanted value or any of several) pairs: hashable, so a leaf is a dict key.
@@ -30,7 +30,7 @@ Match = tuple[tuple[str, str | tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True)
-class Kind:
+class WindowKey:
     """A window kind: the labels one of its windows is told apart by, and the series whose
     presence says a window has data at a moment (what a baseline's coverage counts)."""
 
@@ -39,17 +39,17 @@ class Kind:
     presence: str
 
 
-PROBE = Kind("probe", (*metrics.PROBE_LABELS, *FLEET), metrics.PROBE_REQUESTS.name)
-PATH = Kind("path", (*metrics.PATH_LABELS, *FLEET), metrics.PATH_PACKETS_SENT.name)
-ROUTE = Kind("route", (*metrics.ROUTE_LABELS, *FLEET), metrics.PATH_ROUTE_INFO.name)
-ENGINE = Kind("engine", (*metrics.ENGINE_TARGET_LABELS, *FLEET), metrics.ENGINE_UP.name)
+PROBE = WindowKey("probe", (*metrics.PROBE_LABELS, *FLEET), metrics.PROBE_REQUESTS.name)
+PATH = WindowKey("path", (*metrics.PATH_LABELS, *FLEET), metrics.PATH_PACKETS_SENT.name)
+ROUTE = WindowKey("route", (*metrics.ROUTE_LABELS, *FLEET), metrics.PATH_ROUTE_INFO.name)
+ENGINE = WindowKey("engine", (*metrics.ENGINE_TARGET_LABELS, *FLEET), metrics.ENGINE_UP.name)
 # GPU indexes repeat on every server, so the instance stays in the key (empty in the
 # exporter's own samples).
-GPU = Kind("gpu", ("instance", *metrics.GPU_LABELS, *FLEET), metrics.GPU_UTILIZATION.name)
+GPU = WindowKey("gpu", ("instance", *metrics.GPU_LABELS, *FLEET), metrics.GPU_UTILIZATION.name)
 # Summed over the watched ports: a carrier's users are one population whichever port.
-CLIENTS = Kind("clients", (*metrics.CLIENTS_LABELS[:1], *FLEET),
+CLIENTS = WindowKey("clients", (*metrics.CLIENTS_LABELS[:1], *FLEET),
                metrics.CLIENTS_SEGMENTS_SENT.name)
-CHECK = Kind("check", (metrics.EXPORTER_CHECK_RUNS.labels[0], *FLEET),
+CHECK = WindowKey("check", (metrics.EXPORTER_CHECK_RUNS.labels[0], *FLEET),
              metrics.EXPORTER_CHECK_RUNS.name)
 
 
@@ -193,7 +193,7 @@ class Over:
 class Baseline:
     """``of`` over the off-peak history before the window; absent under
     ``diagnosis.min_baseline`` of it. ``recorded``: the recording rule of the same
-    statistic, which a source may read instead (``Context.recorded``)."""
+    statistic, which a source may read instead (``Evaluation.recorded``)."""
 
     of: Expr
     recorded: str | None = None
@@ -225,19 +225,19 @@ def le_text(le: float) -> str:
 
 # --- evaluation -----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Context:
+class Evaluation:
     """What an evaluator gives: a leaf's values (in the window, or in the baseline: there
     only the keys whose baseline stands on ``diagnosis.min_baseline``), and the seconds each
     key's window or baseline covers (None: no baseline for that key)."""
 
-    leaf: Callable[[Leaf, Kind, bool], Values]
-    seconds: Callable[[Kind, tuple[str, ...], bool], float | None]
+    leaf: Callable[[Leaf, WindowKey, bool], Values]
+    seconds: Callable[[WindowKey, tuple[str, ...], bool], float | None]
     config: Config
     #: Whether the source reads a Baseline's recorded series instead of computing it.
     recorded: bool = False
 
 
-def evaluate(expr: Expr, kind: Kind, ctx: Context, base: bool = False) -> Values:
+def evaluate(expr: Expr, kind: WindowKey, ctx: Evaluation, base: bool = False) -> Values:
     if isinstance(expr, Leaf):
         return ctx.leaf(expr, kind, base)
     if isinstance(expr, Baseline):
@@ -320,7 +320,7 @@ class Observable:
     and how its values for one key become the field's value."""
 
     field: str
-    kind: Kind
+    kind: WindowKey
     expr: Expr
     finish: Finish = scalar
 

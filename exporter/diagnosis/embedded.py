@@ -23,11 +23,10 @@ from exporter.config.models import Config, ProbeConfig
 from exporter.diagnosis import declare, observables, stats
 from exporter.diagnosis.alignment import probe_windows
 from exporter.diagnosis.declare import (
-    Context,
+    Evaluation,
     Grid,
     Increase,
     InPeak,
-    Kind,
     Last,
     Leaf,
     MaxOverTime,
@@ -36,6 +35,7 @@ from exporter.diagnosis.declare import (
     Quantile,
     Seen,
     Values,
+    WindowKey,
 )
 from exporter.diagnosis.observations import (
     ClientWindow,
@@ -46,7 +46,7 @@ from exporter.diagnosis.observations import (
     ProbeWindow,
 )
 from exporter.diagnosis.stats import Key
-from exporter.diagnosis.windows import Baseline, History, Snapshot, Window
+from exporter.diagnosis.windows import History, OffPeak, Snapshot, Window
 
 
 def _wanted(labels: stats.Labels, match: declare.Match) -> bool:
@@ -78,17 +78,17 @@ class Evaluator:
     ``history`` is None for a window read on its own (a sparkline's step)."""
 
     window: Window
-    baseline: Baseline
+    baseline: OffPeak
     history: History | None
     config: Config
     _everything: list[Snapshot] | None = field(default=None, repr=False)
     # Several declarations read one leaf (finished requests: five of them): compute once.
-    _done: dict[tuple[Leaf, Kind, bool], Values] = field(default_factory=dict, repr=False)
+    _done: dict[tuple[Leaf, WindowKey, bool], Values] = field(default_factory=dict, repr=False)
 
-    def context(self) -> Context:
-        return Context(self.leaf, self.seconds, self.config)
+    def context(self) -> Evaluation:
+        return Evaluation(self.leaf, self.seconds, self.config)
 
-    def seconds(self, kind: Kind, key: tuple[str, ...], base: bool) -> float | None:
+    def seconds(self, kind: WindowKey, key: tuple[str, ...], base: bool) -> float | None:
         if not base:
             return self.window.span
         return self.baseline.seconds if self.baseline.ready else None
@@ -98,13 +98,13 @@ class Evaluator:
             self._everything = list(self.history.everything()) if self.history else []
         return self._everything
 
-    def leaf(self, leaf: Leaf, kind: Kind, base: bool) -> Values:
+    def leaf(self, leaf: Leaf, kind: WindowKey, base: bool) -> Values:
         got = self._done.get((leaf, kind, base))
         if got is None:
             got = self._done[(leaf, kind, base)] = self._leaf(leaf, kind, base)
         return got
 
-    def _leaf(self, leaf: Leaf, kind: Kind, base: bool) -> Values:
+    def _leaf(self, leaf: Leaf, kind: WindowKey, base: bool) -> Values:
         w = self.window
         if base and not self.baseline.ready:
             return {}
@@ -137,7 +137,7 @@ class Evaluator:
             return {k: float(w.last.in_peak) for k in present}
         raise TypeError(leaf)
 
-    def _peak_ratio(self, leaf: PeakRatio, kind: Kind) -> Values:
+    def _peak_ratio(self, leaf: PeakRatio, kind: WindowKey) -> Values:
         """At each step boundary of the history (where a subquery evaluates), the increase
         from the newest snapshot at or before it (an instant selector's sample) back to the
         newest one a window before that."""
@@ -174,7 +174,7 @@ class Evaluator:
                     best[k] = max(best.get(k, -math.inf), v / den[k])
         return best
 
-    def _quantile(self, leaf: Quantile, kind: Kind, base: bool) -> Values:
+    def _quantile(self, leaf: Quantile, kind: WindowKey, base: bool) -> Values:
         sample = f"{leaf.family.name}_bucket"
         items = self.baseline.items(sample) if base else self.window.increase(sample)
         per = _group(items, (*kind.key, *leaf.per, declare.LE), leaf.match)
@@ -218,7 +218,7 @@ def _series_max(snapshots: list[Snapshot], sample: str) -> Iterator[tuple[Key, f
     return iter(peak.items())
 
 
-def evaluate(table: tuple[declare.Observable, ...], ctx: Context) -> declare.Prepared:
+def evaluate(table: tuple[declare.Observable, ...], ctx: Evaluation) -> declare.Prepared:
     values = {o.field: declare.evaluate(o.expr, o.kind, ctx) for o in table}
     return declare.prepare(table, values)
 
@@ -299,7 +299,7 @@ def observe(history: History, config: Config, now: float) -> Observations:
 
 
 def observe_window(
-    w: Window, config: Config, now: float, base: Baseline, history: History | None,
+    w: Window, config: Config, now: float, base: OffPeak, history: History | None,
     probes: Mapping[str, Window] | None = None,
 ) -> Observations:
     """Every layer's statistics over ``w`` (the diagnosis window, or one sparkline step,

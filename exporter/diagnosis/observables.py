@@ -4,7 +4,7 @@ windows in ``embedded.py``, PromQL in ``promqueries.py``); a new observation is 
 ``observations.py`` and a row here, and tests/test_diagnosis_agreement.py covers it.
 
 Names come from the schema (:mod:`exporter.metrics`) and the recorded series from
-:mod:`exporter.monitoring.names`; none is typed here.
+:mod:`exporter.metrics.names`; none is typed here.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from exporter.diagnosis.declare import (
     Seen,
     count,
 )
-from exporter.monitoring import names
+from exporter.metrics import names
 
 #: Connection-setup phases of llm_probe_phase_seconds (exporter/probing/timing.py) on a new
 #: connection; a reused one has none of them.

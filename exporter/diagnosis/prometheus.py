@@ -20,7 +20,7 @@ from exporter.config.models import Config, ProbeConfig
 from exporter.diagnosis import declare, observables
 from exporter.diagnosis import promqueries as pq
 from exporter.diagnosis.alignment import probe_time
-from exporter.diagnosis.declare import PROBE, Context, Kind, Leaf, Values
+from exporter.diagnosis.declare import PROBE, Evaluation, Leaf, Values, WindowKey
 from exporter.diagnosis.observations import (
     ClientWindow,
     EngineWindow,
@@ -39,7 +39,7 @@ Results = Mapping[pq.Planned, list[Sample]]
 PARALLEL = 8
 
 
-def _names(leaf: Leaf, kind: Kind) -> tuple[str, ...]:
+def _names(leaf: Leaf, kind: WindowKey) -> tuple[str, ...]:
     return (*kind.key, *getattr(leaf, "by", ()))
 
 
@@ -55,10 +55,10 @@ def values_of(samples: list[Sample], names: tuple[str, ...]) -> Values:
     return out
 
 
-def context(r: Results, config: Config, window: float) -> Context:
+def context(r: Results, config: Config, window: float) -> Evaluation:
     """The declarations' evaluation context over one set of answers."""
     cache: dict[pq.Planned, Values] = {}
-    w = pq.Window.of(window, config)
+    w = pq.Ranges.of(window, config)
 
     def answer(planned: pq.Planned, names: tuple[str, ...]) -> Values:
         got = cache.get(planned)
@@ -66,7 +66,7 @@ def context(r: Results, config: Config, window: float) -> Context:
             got = cache[planned] = values_of(r.get(planned, []), names)
         return got
 
-    def seconds(kind: Kind, key: tuple[str, ...], base: bool, before: bool = True
+    def seconds(kind: WindowKey, key: tuple[str, ...], base: bool, before: bool = True
                 ) -> float | None:
         if not base:
             return window
@@ -74,7 +74,7 @@ def context(r: Results, config: Config, window: float) -> Context:
         return covered if covered is not None and covered >= config.diagnosis.min_baseline \
             else None
 
-    def leaf(x: Leaf, kind: Kind, base: bool) -> Values:
+    def leaf(x: Leaf, kind: WindowKey, base: bool) -> Values:
         got = answer((x, kind, base), _names(x, kind))
         if not base:
             return got
@@ -82,7 +82,7 @@ def context(r: Results, config: Config, window: float) -> Context:
         n = len(kind.key)
         return {k: v for k, v in got.items() if seconds(kind, k[:n], True, before)}
 
-    return Context(leaf, seconds, config, pq.reads_recorded(w))
+    return Evaluation(leaf, seconds, config, pq.reads_recorded(w))
 
 
 class PrometheusSource:

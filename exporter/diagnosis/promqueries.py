@@ -4,7 +4,7 @@ check), all evaluated at the end of the diagnosis window. The arithmetic on the 
 (ratios, fallbacks, counts over a threshold) is ``d.evaluate``'s, shared with the
 embedded source.
 
-Names come from :mod:`exporter.metrics` (raw families) and :mod:`exporter.monitoring.names`
+Names come from :mod:`exporter.metrics` (raw families) and :mod:`exporter.metrics.names`
 (recorded series); none is typed here. A recorded ``*_rate5m`` series is read when the
 diagnosis window is the recording window, since then it is the same statistic and already
 computed (and it is what a fleet's central store receives); for any other window the
@@ -29,14 +29,13 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.diagnosis import declare as d
 from exporter.diagnosis import observables
-from exporter.diagnosis.declare import Kind, Leaf, Quantile
-from exporter.monitoring.names import RATE, SOURCE
-from exporter.monitoring.promql import alternation, prom_duration
+from exporter.diagnosis.declare import Leaf, Quantile, WindowKey
+from exporter.metrics.names import RATE, SOURCE, alternation, prom_duration
 
 _PEAK = metrics.EXPORTER_PEAK_WINDOW.name
 #: (leaf, kind, over the baseline) -> its query; (None, kind, before) is the kind's
 #: baseline coverage, before the window (True) or up to now (False).
-Planned = tuple[Leaf | None, Kind, bool]
+Planned = tuple[Leaf | None, WindowKey, bool]
 
 
 def by(labels: tuple[str, ...]) -> str:
@@ -44,7 +43,7 @@ def by(labels: tuple[str, ...]) -> str:
 
 
 @dataclass(frozen=True)
-class Window:
+class Ranges:
     """The window as PromQL writes it, and the spans the baselines reach back over."""
 
     range: str  # "10m"
@@ -55,7 +54,7 @@ class Window:
     step_seconds: float
 
     @classmethod
-    def of(cls, seconds: float, config: Config) -> Window:
+    def of(cls, seconds: float, config: Config) -> Ranges:
         return cls(prom_duration(seconds), prom_duration(config.alerting.baseline_window),
                    prom_duration(config.diagnosis.history),
                    prom_duration(config.alerting.route_lookback),
@@ -70,19 +69,19 @@ def matcher(match: d.Match) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def _gate(w: Window) -> str:
+def _gate(w: Ranges) -> str:
     """Steps during which a peak window was on at some sample (both ends included)."""
     return (f"unless on ({by(SOURCE)}) "
             f"(max by ({by(SOURCE)}) (max_over_time({_PEAK}[{w.step}])) > 0)")
 
 
-def _offpeak(labels: tuple[str, ...], series: str, w: Window) -> str:
+def _offpeak(labels: tuple[str, ...], series: str, w: Ranges) -> str:
     """The increase of ``series`` over the off-peak steps before the window, per labels."""
     inner = f"sum by ({by(labels)}) (increase({series}[{w.step}]) {_gate(w)})"
     return f"sum_over_time(({inner})[{w.baseline}:{w.step}] offset {w.range})"
 
 
-def coverage(kind: Kind, w: Window, before: bool = True) -> str:
+def coverage(kind: WindowKey, w: Ranges, before: bool = True) -> str:
     """Seconds of off-peak steps before the window in which the kind's series has data at
     both ends: the embedded baseline's ``seconds``, per key (a new deployment's 12h baseline
     window holds minutes, and a rate over 12h of them is no rate). Up to now (not
@@ -94,12 +93,12 @@ def coverage(kind: Kind, w: Window, before: bool = True) -> str:
             f" * {w.step_seconds:g}")
 
 
-def reads_recorded(w: Window) -> bool:
+def reads_recorded(w: Ranges) -> bool:
     """Recorded series are this window's statistics over the recording window only."""
     return w.range == RATE
 
 
-def _quantile(leaf: Quantile, k: tuple[str, ...], w: Window, base: bool) -> str:
+def _quantile(leaf: Quantile, k: tuple[str, ...], w: Ranges, base: bool) -> str:
     m = matcher(leaf.match)
     if reads_recorded(w) and not base and not leaf.match and leaf.recorded is not None:
         return f"max by ({by(k)}) ({dict(leaf.recorded.by_quantile())[leaf.q]})"
@@ -110,7 +109,7 @@ def _quantile(leaf: Quantile, k: tuple[str, ...], w: Window, base: bool) -> str:
     return f"{leaf.combine} by ({by(k)}) (histogram_quantile({leaf.q:g}, {counts}))"
 
 
-def leaf_query(leaf: Leaf, kind: Kind, base: bool, w: Window) -> str:
+def leaf_query(leaf: Leaf, kind: WindowKey, base: bool, w: Ranges) -> str:
     k = kind.key
     if isinstance(leaf, Quantile):
         return _quantile(leaf, k, w, base)
@@ -154,7 +153,7 @@ def leaf_query(leaf: Leaf, kind: Kind, base: bool, w: Window) -> str:
 def plan(seconds: float, config: Config) -> dict[Planned, str]:
     """Every query the declarations need over a window of ``seconds``: each leaf once, and
     the coverage of each kind that has a baseline."""
-    w = Window.of(seconds, config)
+    w = Ranges.of(seconds, config)
     out: dict[Planned, str] = {}
     for table in observables.TABLES:
         for o in table:

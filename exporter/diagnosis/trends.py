@@ -16,7 +16,7 @@ from itertools import pairwise
 from exporter.config.models import Config
 from exporter.diagnosis.embedded import observe_window
 from exporter.diagnosis.observations import Observations
-from exporter.diagnosis.windows import Baseline, History, Snapshot, Window
+from exporter.diagnosis.windows import History, OffPeak, Snapshot, Window
 
 #: How far back the sparklines reach.
 SPAN = 3600.0
@@ -59,7 +59,7 @@ class Trends:
 
 def _point(a: Snapshot, b: Snapshot, config: Config) -> Point:
     window = Window((a, b), b.at - a.at)
-    return Point(a.at, b.at, observe_window(window, config, b.at, Baseline(), None))
+    return Point(a.at, b.at, observe_window(window, config, b.at, OffPeak(), None))
 
 
 def _tail(history: History, last: Snapshot | None, now: float) -> tuple[Snapshot, Snapshot] | None:

@@ -164,7 +164,7 @@ class Window:
 
 
 @dataclass
-class Baseline:
+class OffPeak:
     """Increases summed over the off-peak intervals of the coarse history that ended before
     the window: the window is never its own baseline (PromQL's ``offset``)."""
 
@@ -232,7 +232,7 @@ class History:
         # One start snapshot before the window, and slack for ticks that come early.
         self.fine: deque[Snapshot] = deque(maxlen=math.ceil(window / interval) + 2)
         self.coarse: deque[Snapshot] = deque(maxlen=math.ceil(history / self.coarse_step) + 1)
-        self.baseline = Baseline(min_baseline)
+        self.baseline = OffPeak(min_baseline)
         #: Coarse intervals in the baseline: those between coarse[0] and coarse[joined].
         self._joined = 0
         #: Highest value of each coarse gauge since the last coarse snapshot.

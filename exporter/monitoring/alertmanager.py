@@ -8,7 +8,7 @@ from typing import Any
 
 from exporter.config.models import Config
 from exporter.config.values import PeakWindow
-from exporter.monitoring.names import FLEET
+from exporter.metrics.names import FLEET
 
 
 @dataclass(frozen=True)

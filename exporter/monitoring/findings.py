@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from exporter.metrics.names import FLEET
 from exporter.monitoring.alertmanager import DIAGNOSIS, INHIBITIONS
-from exporter.monitoring.names import FLEET
 
 if TYPE_CHECKING:
     from exporter.config.models import Config

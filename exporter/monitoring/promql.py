@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import textwrap
-from collections.abc import Iterable
 
 from exporter import metrics
 from exporter.config.values import PeakWindow
 from exporter.metrics import Family
-from exporter.monitoring.names import RATE, SOURCE, Level
+from exporter.metrics.names import RATE, SOURCE, Level
 
 #: Labels the peak-window gauge shares with every other series of the same exporter.
 PEAK_JOIN = ", ".join(SOURCE)
@@ -22,11 +20,6 @@ def num(value: float) -> str:
     return f"{round(value, 9):g}"
 
 
-def prom_duration(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def human_seconds(seconds: float) -> str:
@@ -37,9 +30,6 @@ def pct(ratio: float) -> str:
     return f"{round(ratio * 100, 6):g}%"
 
 
-def alternation(names: Iterable[str]) -> str:
-    """A regex matching exactly ``names``, escaped for a PromQL double-quoted string."""
-    return "|".join(re.escape(n).replace("\\", "\\\\") for n in names)
 
 
 def window_text(name: str, window: PeakWindow, timezone: str) -> str:

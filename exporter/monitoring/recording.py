@@ -1,5 +1,5 @@
 """Recording rules: quantiles, ratios and shares at each level, and the day-vs-evening
-series. Every name comes from :mod:`exporter.monitoring.names`."""
+series. Every name comes from :mod:`exporter.metrics.names`."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ from typing import Any
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.metrics import ProbeOutcome
-from exporter.monitoring import names
-from exporter.monitoring.names import CARRIER, MODEL, PATH, PROBE, RATE, ROUTE, Quantiles
+from exporter.metrics import ProbeOutcome, names
+from exporter.metrics.names import (
+    CARRIER,
+    MODEL,
+    PATH,
+    PROBE,
+    RATE,
+    ROUTE,
+    Quantiles,
+    prom_duration,
+)
 from exporter.monitoring.promql import (
     hist_quantile,
     loss,
     offpeak_gate,
     paren,
     peak_gate,
-    prom_duration,
     rate_sum,
     ratio,
     segments_share,

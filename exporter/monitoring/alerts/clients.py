@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.monitoring import findings, names
-from exporter.monitoring.names import CARRIER, RATE
+from exporter.metrics import names
+from exporter.metrics.names import CARRIER, RATE
+from exporter.monitoring import findings
 from exporter.monitoring.promql import VALUE_PERCENT, lbl, num, pct
 from exporter.monitoring.rule import Alert
 

@@ -6,7 +6,7 @@ arrives is the one that already names the layer, the cause and the scope."""
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.monitoring.names import SOURCE
+from exporter.metrics.names import SOURCE
 from exporter.monitoring.rule import Alert
 
 _HEALTHY, DEGRADED, FAILING, _UNKNOWN = metrics.DIAGNOSIS_STATUSES

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.monitoring import findings, names
-from exporter.monitoring.names import MODEL, RATE
+from exporter.metrics import names
+from exporter.metrics.names import MODEL, RATE
+from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     MODEL_TEXT,
     VALUE_NUMBER,
@@ -80,7 +81,7 @@ def imbalance_alerts(config: Config) -> list[Alert]:
 
 def engine_alerts(config: Config) -> list[Alert]:
     up = metrics.ENGINE_UP.name
-    # engine_target is the label probes carry for the engine they hit (see metrics.py), so
+    # engine_target is the label probes carry for the engine they hit (see exporter/metrics/), so
     # Alertmanager can mute those probes' failures while the engine is down.
     alerts = [
         Alert(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.monitoring.names import SOURCE
+from exporter.metrics.names import SOURCE
 from exporter.monitoring.promql import VALUE_NUMBER, lbl, paren
 from exporter.monitoring.rule import Alert
 

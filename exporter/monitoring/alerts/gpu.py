@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config
+from exporter.metrics.names import alternation
 from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     GPU_TEXT,
     VALUE_NUMBER,
     VALUE_PERCENT,
-    alternation,
     lbl,
     num,
     pct,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.monitoring import findings, names
-from exporter.monitoring.names import PATH, RATE, ROUTE
+from exporter.metrics import names
+from exporter.metrics.names import PATH, RATE, ROUTE, prom_duration
+from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     PATH_TEXT,
     VALUE_NUMBER,
@@ -16,7 +17,6 @@ from exporter.monitoring.promql import (
     num,
     paren,
     pct,
-    prom_duration,
 )
 from exporter.monitoring.rule import Alert
 
@@ -40,7 +40,7 @@ def path_alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             "LLMPathJitterHigh",
-            # RFC 3550's estimator, the one kept across bursts (see metrics.py).
+            # RFC 3550's estimator, the one kept across bursts (see exporter/metrics/).
             f"avg by ({PATH.by}) (avg_over_time("
             f'{jitter}{{method="{metrics.PATH_JITTER_RFC3550}"}}[{RATE}]))'
             f" > {num(jitter_max)}",

@@ -4,8 +4,8 @@ baseline over ``alerting.baseline_window``."""
 from __future__ import annotations
 
 from exporter.config.models import Config
-from exporter.monitoring import names
-from exporter.monitoring.names import PATH, PROBE
+from exporter.metrics import names
+from exporter.metrics.names import PATH, PROBE, prom_duration
 from exporter.monitoring.promql import (
     PATH_TEXT,
     PROBE_TEXT,
@@ -13,7 +13,6 @@ from exporter.monitoring.promql import (
     VALUE_TIMES,
     num,
     pct,
-    prom_duration,
     window_text,
 )
 from exporter.monitoring.rule import Alert

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config, ProbeConfig
-from exporter.monitoring import findings, names
-from exporter.monitoring.names import PROBE, RATE
+from exporter.metrics import names
+from exporter.metrics.names import PROBE, RATE, alternation, prom_duration
+from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     PROBE_TEXT,
     VALUE_PERCENT,
     VALUE_SECONDS,
-    alternation,
     human_seconds,
     num,
     paren,
     pct,
-    prom_duration,
     segments_share,
 )
 from exporter.monitoring.rule import Alert

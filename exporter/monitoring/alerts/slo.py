@@ -7,9 +7,9 @@ import math
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.monitoring import names
-from exporter.monitoring.names import PROBE
-from exporter.monitoring.promql import PROBE_TEXT, VALUE_PERCENT, num, pct, prom_duration
+from exporter.metrics import names
+from exporter.metrics.names import PROBE, prom_duration
+from exporter.monitoring.promql import PROBE_TEXT, VALUE_PERCENT, num, pct
 from exporter.monitoring.rule import Alert
 
 

@@ -2,7 +2,7 @@
 dashboard on the panel kit in :mod:`.kit`.
 
 Metric names come from :mod:`exporter.metrics`, recorded names from
-:mod:`exporter.monitoring.names`; SLO lines, drift windows and route-class names come from
+:mod:`exporter.metrics.names`; SLO lines, drift windows and route-class names come from
 the config.
 """
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from exporter.config.models import Config
-from exporter.monitoring import names
+from exporter.metrics import names
+from exporter.metrics.names import prom_duration
 from exporter.monitoring.dashboards.kit import (
     COMPARE,
     Panel,
@@ -16,7 +17,7 @@ from exporter.monitoring.dashboards.kit import (
     sel,
     ts,
 )
-from exporter.monitoring.promql import prom_duration, window_text
+from exporter.monitoring.promql import window_text
 
 
 def day_evening(config: Config) -> db.Dashboard:

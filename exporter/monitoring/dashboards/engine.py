@@ -7,8 +7,8 @@ from grafana_foundation_sdk.builders import dashboard as db
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.metrics import Family
-from exporter.monitoring import names
+from exporter.metrics import Family, names
+from exporter.metrics.names import RATE
 from exporter.monitoring.dashboards.kit import (
     RI,
     Section,
@@ -20,7 +20,6 @@ from exporter.monitoring.dashboards.kit import (
     stat_panel,
     ts,
 )
-from exporter.monitoring.names import RATE
 
 
 def engine(config: Config) -> db.Dashboard:

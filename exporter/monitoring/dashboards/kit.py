@@ -20,8 +20,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from exporter import metrics
-from exporter.metrics import Family
-from exporter.monitoring import names
+from exporter.metrics import Family, names
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAG = "llm-latency-exporter"

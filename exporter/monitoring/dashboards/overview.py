@@ -10,7 +10,8 @@ from grafana_foundation_sdk.builders import dashboard as db
 from exporter import metrics
 from exporter.config.models import Config
 from exporter.config.policy import AlertingConfig
-from exporter.monitoring import names
+from exporter.metrics import names
+from exporter.metrics.names import FLEET, RATE, prom_duration
 from exporter.monitoring.dashboards.kit import (
     RI,
     Section,
@@ -22,8 +23,7 @@ from exporter.monitoring.dashboards.kit import (
     stat_panel,
     ts,
 )
-from exporter.monitoring.names import FLEET, RATE
-from exporter.monitoring.promql import human_seconds, num, pct, prom_duration
+from exporter.monitoring.promql import human_seconds, num, pct
 
 
 def _last(window: str) -> str:

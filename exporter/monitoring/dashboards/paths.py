@@ -8,7 +8,8 @@ from grafana_foundation_sdk.builders import timeseries
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.monitoring import names
+from exporter.metrics import names
+from exporter.metrics.names import RATE
 from exporter.monitoring.dashboards.kit import (
     RI,
     Section,
@@ -19,7 +20,6 @@ from exporter.monitoring.dashboards.kit import (
     timeline,
     ts,
 )
-from exporter.monitoring.names import RATE
 from exporter.monitoring.promql import human_seconds, pct
 
 

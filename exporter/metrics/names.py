@@ -10,6 +10,8 @@ tests/test_recorded_names.py holds each one to the convention and to the metric 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter import metrics
@@ -213,3 +215,16 @@ CLIENTS_RETRANSMISSION_PEAK = f"{CLIENTS_RETRANSMISSION}_peak"
 CLIENTS_RETRANSMISSION_OFFPEAK = f"{CLIENTS_RETRANSMISSION}_offpeak"
 PROBE_STREAM_RETRANSMISSION_PEAK = f"{PROBE_STREAM_RETRANSMISSION}_peak"
 PROBE_STREAM_RETRANSMISSION_OFFPEAK = f"{PROBE_STREAM_RETRANSMISSION}_offpeak"
+
+
+# --- how PromQL writes a duration and a set of names ------------------------------------
+def prom_duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def alternation(names: Iterable[str]) -> str:
+    """A regex matching exactly ``names``, escaped for a PromQL double-quoted string."""
+    return "|".join(re.escape(n).replace("\\", "\\\\") for n in names)

@@ -14,9 +14,10 @@ import jsonschema
 import pytest
 
 from exporter.config.models import Config
+from exporter.diagnosis.causes import NAMES
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.observations import Observations
-from exporter.diagnosis.result import CAUSES, Diagnosis
+from exporter.diagnosis.result import Diagnosis
 from exporter.diagnosis.text import render
 from exporter.diagnosis.thresholds import Thresholds, resolve
 from tests.support.observations import (
@@ -119,7 +120,7 @@ def valid(d: Diagnosis) -> dict[str, Any]:
 
 
 def test_every_cause_has_a_case() -> None:
-    assert set(CASES) == {c for causes in CAUSES.values() for c in causes}
+    assert set(CASES) == {c for causes in NAMES.values() for c in causes}
 
 
 @pytest.mark.parametrize("cause", sorted(CASES))
@@ -375,7 +376,7 @@ def test_schema_rejects_outside_the_vocabulary() -> None:
 def test_schema_matches_the_vocabulary() -> None:
     branches = SCHEMA["$defs"]["verdict"]["oneOf"]
     assert {b["properties"]["layer"]["const"]: tuple(b["properties"]["cause"]["enum"])
-            for b in branches} == dict(CAUSES)
+            for b in branches} == dict(NAMES)
 
 
 def test_the_probes_own_long_prompts_are_no_users_prompts() -> None:

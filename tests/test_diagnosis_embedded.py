@@ -26,7 +26,7 @@ from exporter.diagnosis import declare, observables, stats
 from exporter.diagnosis.embedded import Evaluator, observe
 from exporter.diagnosis.families import RawSample, raw_samples
 from exporter.diagnosis.observations import Observations
-from exporter.diagnosis.result import Diagnosis, Evidence, Step, Verdict
+from exporter.diagnosis.result import Diagnosis, Evidence, Step, StepResult, Verdict
 from exporter.diagnosis.windows import MIN_BASELINE_SECONDS, History
 from exporter.runtime import page
 from exporter.runtime.app import App
@@ -310,7 +310,7 @@ def degraded(obs: Observations) -> Diagnosis:
             Verdict("engine", "queueing", {"engine": "main"}, ("ttft",), 0.6,
                     "Requests wait in the engine queue."),
         ),
-        steps=(Step("symptom", "implicated"), Step("gpu", "ruled_out", (loss,))),
+        steps=(Step("symptom", StepResult.IMPLICATED), Step("gpu", StepResult.RULED_OUT, (loss,))),
     )
 
 

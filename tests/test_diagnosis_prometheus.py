@@ -36,7 +36,7 @@ from exporter.diagnosis import alignment, cli, declare, promqueries
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.promapi import PromClient
 from exporter.diagnosis.prometheus import PrometheusError, observe
-from exporter.diagnosis.result import SCHEMA_ID, Diagnosis, Evidence, Step, Verdict
+from exporter.diagnosis.result import SCHEMA_ID, Diagnosis, Evidence, Step, StepResult, Verdict
 from exporter.metrics.names import RATE
 from exporter.monitoring import generate
 from tests.support import ROOT
@@ -333,7 +333,7 @@ def _stub_chain(seen: list[Observations]) -> cli.Wiring:
         def evaluate(obs: Observations) -> Diagnosis:
             seen.append(obs)
             return Diagnosis(obs.at, "1m", obs.source, "degraded", (_verdict(),),
-                             (Step("symptom", "implicated"),))
+                             (Step("symptom", StepResult.IMPLICATED),))
         return evaluate
     return cli.Wiring(chain, lambda d: f"NOTE {d.status} {d.verdicts[0].summary}")
 
@@ -484,7 +484,7 @@ def test_unreachable_default_exporter(tmp_path: Path) -> None:
 
 def test_exporter_source_renders_its_json(capsys: pytest.CaptureFixture[str]) -> None:
     d = Diagnosis(dt.datetime(2026, 11, 30, 13, 40, tzinfo=dt.UTC), "10m", "exporter",
-                  "failing", (_verdict(),), (Step("symptom", "implicated"),))
+                  "failing", (_verdict(),), (Step("symptom", StepResult.IMPLICATED),))
     server, url = _server(200, json.dumps(d.to_json()).encode())
     try:
         assert cli.main(["--exporter", url, "--json"], _stub_chain([])) == cli.EXIT_FOUND

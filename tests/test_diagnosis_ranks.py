@@ -21,8 +21,8 @@ from exporter.diagnosis.embedded import observe
 from exporter.diagnosis.families import RawSample
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import Diagnosis, Evidence
-from exporter.diagnosis.steps.base import bucket_of
 from exporter.diagnosis.steps.network import MEAN_SPLIT
+from exporter.diagnosis.steps.words import bucket_of
 from exporter.diagnosis.text import render
 from exporter.diagnosis.windows import History
 from tests.support.observations import all_probes, healthy, with_engine, with_probe

@@ -1,18 +1,21 @@
-"""One decision, two renderings (exporter/monitoring/findings.py): every generated alert has
-its chain finding, both read one threshold, and a layer over an alert's line is a verdict
-before any SLO breaks; what the lab's one-to-one check (tests/support/lab/runner.py) reads."""
+"""One decision, two renderings (exporter/monitoring/findings.py, with the cause table's
+alert columns): every generated alert has its chain finding, both read one threshold, and a
+layer over an alert's line is a verdict before any SLO breaks; what the lab's one-to-one
+check (tests/support/lab/runner.py) reads."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
+import pydantic
 import pytest
 import yaml
 
 from exporter.config.models import Config
+from exporter.diagnosis import causes
+from exporter.diagnosis.causes import CAUSES, Cause
 from exporter.diagnosis.chain import diagnose
-from exporter.diagnosis.result import CAUSES
 from exporter.diagnosis.text import render
 from exporter.diagnosis.thresholds import resolve
 from exporter.monitoring import findings
@@ -46,25 +49,67 @@ def test_every_generated_alert_has_a_decision_and_every_decision_an_alert() -> N
     assert names == set(findings.BY_ALERT), (names ^ set(findings.BY_ALERT))
 
 
+def _value(config: Config, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
 @pytest.mark.parametrize("d", findings.DECISIONS, ids=lambda d: d.alert)
 def test_each_decision_names_real_causes_fields_and_labels(d: findings.Decision) -> None:
-    for layer, cause in (*d.causes, *d.pages):
-        assert cause in CAUSES[layer], (layer, cause)
-    assert set(d.pages) <= set(d.causes)
-    assert len(d.thresholds(example())) == len(d.source)  # every field exists
+    # A cause alert stands for causes of the table; a symptom or the verdict for none.
+    assert bool(findings.CAUSES_OF[d.alert]) == (d.role == "cause"), d.alert
+    for key in d.source:
+        _value(example(), key)  # every field exists
     # The scope labels are what the alert's firing series carry (the promtool cases of
     # alerts/tests/ say which): each is on some case, and each case has one.
     fired = FIRING[d.alert]
     assert fired, d.alert
-    wanted = {label for label, _ in d.scope} or ({"layer", "cause"} if d.kind == "verdict"
+    wanted = {label for label, _ in d.scope} or ({"layer", "cause"} if d.role == "verdict"
                                                  else set())
     for label in wanted:
         assert any(label in case for case in fired), (d.alert, label, fired)
-    if d.kind == "verdict":
+    if d.role == "verdict":
         assert all(wanted <= case for case in fired), fired
     elif wanted:
         # A failing GPU check has no carrier: its alert names the check, its verdict none.
         assert all(wanted & case or "check" in case for case in fired), (d.alert, fired)
+
+
+#: Threshold keys the chain reads through an observation, not as a threshold: NVML flips
+#: clock reasons per sample, so a reason counts once held for the share of the window.
+OBSERVED = {"alerting.throttle_share"}
+THRESHOLD_KEYS = [(c, key) for c in CAUSES for key in c.thresholds]
+
+
+def _moved(value: Any) -> Any:
+    """A valid value away from ``value``: the key's default."""
+    if isinstance(value, list):
+        return list(reversed(value)) if len(value) > 2 else value[:1]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value + 2
+    return 0.37 if value is None else value * 0.8
+
+
+@pytest.mark.parametrize(("cause", "key"), THRESHOLD_KEYS,
+                         ids=[f"{c}:{k}" for c, k in THRESHOLD_KEYS])
+def test_each_threshold_key_moves_the_chain_and_the_alerts_that_page(cause: Cause,
+                                                                     key: str) -> None:
+    """The cause table's keys are the lines: moving one moves what the chain compares
+    against, and, for an slo: or alerting: key, the rule of an alert that pages for it."""
+    section, field = key.split(".")
+    base = Config.model_validate({})
+    value = _moved(_value(base, key))
+    try:
+        moved = Config.model_validate({section: {field: value}})
+    except pydantic.ValidationError:  # a duration is written with its unit
+        moved = Config.model_validate({section: {field: f"{value:g}s"}})
+    assert resolve(moved) != resolve(base) or key in OBSERVED, key
+    if section != "diagnosis" and cause.pages:
+        before, after = ({r["alert"] + r["expr"] for r in _alerts(c) if r["alert"] in cause.pages}
+                         for c in (base, moved))
+        assert before != after, (key, cause.pages)
 
 
 def test_one_threshold_moves_the_alert_and_the_chain() -> None:
@@ -81,7 +126,6 @@ def test_one_threshold_moves_the_alert_and_the_chain() -> None:
                          ("LLMEngineCapacityBound", th.queue_share),
                          ("LLMEngineKVCacheSaturated", th.kv_cache_usage),
                          ("LLMGPUMemoryNearFull", th.gpu_memory_ratio)):
-        assert value == findings.threshold(alert, cfg)
         assert f"> {value:g}" in rules[alert], (alert, rules[alert])
 
 
@@ -135,9 +179,9 @@ def test_the_imbalance_lines_move_the_alert_and_the_chain() -> None:
 
 
 def test_every_paging_cause_has_a_quiet_case() -> None:
-    assert findings.PAGING - {("engine", "down"), ("gpu", "xid_errors"),
-                              ("engine", "slow_prefill"), ("engine", "slow_decode")} <= \
-        set(QUIET_BUT_OVER)
+    rest = findings.PAGING - {causes.DOWN, causes.XID_ERRORS, causes.SLOW_PREFILL,
+                              causes.SLOW_DECODE}
+    assert {(c.layer, c.name) for c in rest} <= set(QUIET_BUT_OVER)
 
 
 def test_degraded_findings_follow_in_chain_order_network_first() -> None:

@@ -5,86 +5,79 @@ no clock (the time is ``obs.at``), so both sources and the tests get the same an
 same numbers. The order is the field guides': tuning batch sizes while a carrier drops
 packets is wasted work, so the network floor is measured before the engine is believed.
 
-Attribution: each step's findings take over the symptoms of the probes they can explain, in
-chain order, so a mobile probe's TTFT explained by mobile loss is not reported again under
-the engine. An engine time split (queueing, slow prefill, slow decode) says where the time
-goes, not why: when the GPU or application step finds the why for that engine, the verdict
-is that cause, with the split as its evidence. A symptom nothing explains becomes
+Every step is one shape: it reads the ``Case`` (the window, and what the steps before it
+left) and returns an ``Outcome`` (its record, and the causes it implicates). Attribution:
+after each step its findings take over the symptoms of the probes they can explain, in chain
+order, so a mobile probe's TTFT explained by mobile loss is not reported again under the
+engine. An engine time split (queueing, slow prefill, slow decode) says where the time goes,
+not why: when the GPU or application step finds the why for that engine, it takes the split
+over (``Cause.absorbs``), its numbers kept as evidence. A symptom nothing explains becomes
 ``exporter/no_data``: never a guess.
 
-One answer with the alerts: a finding whose own numbers are over the line of an alert
-(``exporter/monitoring/findings.py``, the table the rule generator reads too) is a verdict
-whether or not a probe feels it yet (status ``degraded``), and a layer that cannot be
-observed is ``exporter/no_data`` scoped to it. No finding is dropped because an earlier
-layer explains the same symptom: the primary is the one that explains most of what users
-feel, the others follow in chain order.
+One answer with the alerts: a finding whose own numbers are over the line of an alert that
+stands for its cause (``Cause.alerted``) is a verdict whether or not a probe feels it yet
+(status ``degraded``), and a layer that cannot be observed is ``exporter/no_data`` scoped to
+it. No finding is dropped because an earlier layer explains the same symptom: the primary is
+the one that explains most of what users feel, the others follow in chain order.
 """
 
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.diagnosis.actions import ACTIONS
+from exporter.diagnosis.causes import DOWN, LAYERS, NO_DATA, SYMPTOMS, Cause, Symptom
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import (
-    LAYERS,
     SCOPE_KEYS,
     Diagnosis,
     Evidence,
     Status,
     Step,
-    Symptom,
+    StepResult,
     Verdict,
 )
 from exporter.diagnosis.steps import application, engine, gpu, network, symptom
-from exporter.diagnosis.steps.base import Context, Finding, ProbeSymptoms, probe_scope
+from exporter.diagnosis.steps.base import Case, Finding, ProbeSymptoms, Standing
+from exporter.diagnosis.steps.words import probe_scope
 from exporter.diagnosis.thresholds import Thresholds
-from exporter.monitoring.findings import ALERTED
 
-SYMPTOM_ORDER: tuple[Symptom, ...] = ("ttft", "long_context", "tpot", "failures")
+#: The steps in the field guides' order.
+STEPS = (symptom, network, engine, gpu, application)
 
 
 def diagnose(obs: Observations, thresholds: Thresholds | None = None) -> Diagnosis:
     """Run the chain over one window of observations."""
-    ctx = Context.of(obs, thresholds or Thresholds())
-    sym_step, sick, _ = symptom.evaluate(ctx)
-    net_step, net_found, splits = network.evaluate(ctx, sick)
-    for f in net_found:
-        f.claim()
-    eng_step, eng_found, states, missing = engine.evaluate(ctx, sick)
-    for f in eng_found:
-        f.claim()
-    gpu_step, gpu_found, gpu_took = gpu.evaluate(ctx, states, eng_found)
-    for f in gpu_found:
-        f.claim()
-    app_step, app_found, app_took = application.evaluate(ctx, sick, states, eng_found)
-    for f in app_found:
-        f.claim()
-    eng_kept = [f for f in eng_found if f not in gpu_took and f not in app_took]
-    steps = (sym_step, net_step, eng_step, gpu_step, app_step)
-    findings = [*net_found, *eng_kept, *gpu_found, *app_found]
-    healthy = sym_step.result == "ruled_out"
-    kept = [f for f in findings if _reportable(f, healthy)]
-    judged = sym_step.result != "no_data"
-    verdicts = [_verdict(ctx, f, sick, judged) for f in _ordered(kept)]
-    verdicts += _unobserved(ctx, sick, missing)
-    verdicts += _no_data(ctx, sick, steps, missing, splits)
-    return Diagnosis(obs.at, ctx.window, obs.source, _status(sick, verdicts, steps),
-                     tuple(verdicts), steps)
+    case = Case.of(obs, thresholds or Thresholds())
+    steps: list[Step] = []
+    for s in STEPS:
+        outcome = s.evaluate(case)
+        for f in outcome.findings:
+            f.claim()
+        case.findings.extend(outcome.findings)
+        steps.append(outcome.step)
+    healthy = steps[0].result is StepResult.RULED_OUT
+    kept = [f for f in case.findings if not f.taken_over and _reportable(f, healthy)]
+    verdicts = [_verdict(case, f) for f in _ordered(kept)]
+    verdicts += _unobserved(case)
+    verdicts += _no_data(case, steps)
+    return Diagnosis(obs.at, case.window, obs.source, _status(case.sick, verdicts, steps),
+                     tuple(verdicts), tuple(steps))
 
 
 def _reportable(f: Finding, healthy: bool) -> bool:
     """A finding is a verdict when it explains a symptom, is a fault on its own, or its own
-    numbers are over the line; one no probe could show counts only when something is wrong."""
-    if f.hard or f.claimed or (f.own and (f.layer, f.cause) in ALERTED):
+    numbers are over an alert's line; one no probe could show counts only when something is
+    wrong."""
+    if f.standing is Standing.FAULT or f.took or (
+            f.standing is Standing.OVER_LINE and f.cause.alerted):
         return True
     if healthy:
         return False
-    return f.own or f.unobserved
+    return f.standing is Standing.OVER_LINE or f.unseen
 
 
 def _felt(f: Finding) -> int:
     """How much of what users feel a finding explains: the probe symptoms it took over."""
-    return sum(len(t) for t in f.claimed.values())
+    return sum(len(t) for t in f.took.values())
 
 
 def _ordered(findings: list[Finding]) -> list[Finding]:
@@ -92,37 +85,43 @@ def _ordered(findings: list[Finding]) -> list[Finding]:
     # first in chain order); the others follow in chain order, those users feel first, the
     # strongest first within a layer.
     def key(f: Finding) -> tuple[int, int, float]:
-        felt = 0 if (f.claimed or f.hard) else 1 if f.own else 2
-        return (felt, LAYERS.index(f.layer), -f.strength)
+        felt = Standing.FAULT if f.took else f.standing
+        return (felt, LAYERS.index(f.cause.layer), -f.strength)
 
     ordered = sorted(findings, key=key)
     if ordered:
-        first = max(ordered, key=lambda f: (_felt(f), f.hard, -ordered.index(f)))
+        first = max(ordered, key=lambda f: (_felt(f), f.standing is Standing.FAULT,
+                                            -ordered.index(f)))
         ordered.remove(first)
         ordered.insert(0, first)
     return ordered
 
 
 def _phrase(ps: ProbeSymptoms, taken: set[Symptom]) -> str:
-    parts = [ps.phrases[s] for s in SYMPTOM_ORDER if s in taken and s in ps.phrases]
+    parts = [ps.phrases[s] for s in SYMPTOMS if s in taken and s in ps.phrases]
     return f"the {ps.probe.probe} probe's " + " and ".join(parts)
 
 
-def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms], judged: bool) -> Verdict:
-    """``judged``: some probe finished enough requests in the window to be held to its SLO."""
-    by_name = {ps.probe.probe: ps for ps in sick}
-    claimed = [(by_name[n], t) for n, t in f.claimed.items() if n in by_name]
-    symptoms = tuple(s for s in SYMPTOM_ORDER if any(s in t for _, t in claimed))
+def _of(cause: Cause, scope: dict[str, str], symptoms: tuple[Symptom, ...],
+        confidence: float, summary: str, evidence: tuple[Evidence, ...]) -> Verdict:
+    return Verdict(cause.layer, cause.name, scope, symptoms, confidence, summary, evidence,
+                   cause.actions)
+
+
+def _verdict(case: Case, f: Finding) -> Verdict:
+    by_name = {ps.probe.probe: ps for ps in case.sick}
+    claimed = [(by_name[n], t) for n, t in f.took.items() if n in by_name]
+    symptoms = tuple(s for s in SYMPTOMS if any(s in t for _, t in claimed))
     summary = f.headline
-    if not claimed and f.own and not f.hard:
-        if not judged:
+    if not claimed and f.standing is Standing.OVER_LINE:
+        if not case.judged:
             # Requests slower than the window is long (timeouts in a short window) leave
             # every probe under min_requests: that users feel nothing is not known.
-            summary += (f"; no probe finished {ctx.th.min_requests} requests in the window, "
-                        "so whether users feel it is not known")
-        elif not any(ps.breached for ps in sick):
+            summary += (f"; no probe finished {case.thresholds.min_requests} requests in the "
+                        "window, so whether users feel it is not known")
+        elif not any(ps.breached for ps in case.sick):
             # Over the window, not "yet": the alerts' longer span may already hold a breach.
-            summary += f"; no probe is past its SLO over the last {ctx.window}"
+            summary += f"; no probe is past its SLO over the last {case.window}"
     if claimed:
         first = _phrase(*claimed[0])
         if len(claimed) > 1:
@@ -135,13 +134,12 @@ def _verdict(ctx: Context, f: Finding, sick: list[ProbeSymptoms], judged: bool) 
     for ps, _ in claimed:
         evidence.extend(e for e in ps.evidence if e not in evidence)
     confidence = min(0.99, f.strength + (0.05 if claimed else 0.0))
-    if f.unobserved and not claimed and not f.hard:
+    if f.unseen and not claimed and f.standing is not Standing.FAULT:
         confidence *= 0.8  # no probe confirms users feel it
     # The scope is the cause's own (an engine's verdict names the engine, whichever probes
     # it slows), so the verdict's labels stay put while the slowed probes change.
     scope = {k: f.scope[k] for k in SCOPE_KEYS if f.scope.get(k)}
-    return Verdict(f.layer, f.cause, scope, symptoms, round(confidence, 3),
-                   summary + ".", tuple(evidence), ACTIONS[f.layer][f.cause])
+    return _of(f.cause, scope, symptoms, round(confidence, 3), summary + ".", tuple(evidence))
 
 
 def _check_scope(check: str) -> dict[str, str] | None:
@@ -156,66 +154,63 @@ def _check_scope(check: str) -> dict[str, str] | None:
     return {}
 
 
-def _unobserved(ctx: Context, sick: list[ProbeSymptoms], missing: list[str]) -> list[Verdict]:
+def _unobserved(case: Case) -> list[Verdict]:
     """A layer that cannot be observed is no_data scoped to it, never healthy: an engine
     without metrics (LLMEngineDown pages for it while the API serves) takes over the open
     symptoms of its probes, and each other failing check is one verdict."""
     out: list[Verdict] = []
-    by_engine = {e.engine: e for e in ctx.obs.engines}
-    for name in missing:
+    by_engine = {e.engine: e for e in case.obs.engines}
+    for name in case.unobservable:
         e = by_engine[name]
-        if e.up is True and not ctx.failing("engine", name):
+        if e.up is True and not case.failing("engine", name):
             continue  # metrics answer, some families are missing: the step says no_data
-        mine = [ps for ps in sick if e in ctx.engines_of(ps.probe) and ps.open]
-        symptoms = tuple(s for s in SYMPTOM_ORDER if any(s in ps.open for ps in mine))
+        mine = [ps for ps in case.sick if e in case.engines_of(ps.probe) and ps.open]
+        symptoms = tuple(s for s in SYMPTOMS if any(s in ps.open for ps in mine))
         how = {None: "it has no metrics in the window",
                False: "its metrics endpoint does not answer while its API serves",
                True: "its metrics lack what the step needs"}[e.up]
-        if ctx.failing("engine", name):
+        if case.failing("engine", name):
             how += f" (check engine/{name} fails)"
         summary = f"Engine {name} cannot be observed: {how}"
         if mine:
             summary += f"; {_phrase(mine[0], mine[0].open)} cannot be explained"
-        evidence = [ctx.ev(metrics.ENGINE_UP.name, 0 if e.up is False else 1,
-                           {"engine": name, "target": e.target}, 1)] if e.up is not None else []
+        evidence = [case.evidence(metrics.ENGINE_UP.name, 0 if e.up is False else 1,
+                                  {"engine": name, "target": e.target}, 1)
+                    ] if e.up is not None else []
         for ps in mine:
             evidence.extend(x for x in ps.evidence if x not in evidence)
             ps.open.clear()
         scope = {"engine": name, **({"site": e.site} if e.site else {})}
-        out.append(Verdict("exporter", "no_data", scope, symptoms, 0.5, summary + ".",
-                           tuple(evidence), ACTIONS["exporter"]["no_data"]))
-    for check in ctx.obs.failing_checks:
+        out.append(_of(NO_DATA, scope, symptoms, 0.5, summary + ".", tuple(evidence)))
+    for check in case.obs.failing_checks:
         where = _check_scope(check)
         if where is None:
             continue
-        out.append(Verdict("exporter", "no_data", where, (), 0.5,
-                           f"Check {check} fails: what it measures cannot be judged.", (),
-                           ACTIONS["exporter"]["no_data"]))
+        out.append(_of(NO_DATA, where, (), 0.5,
+                       f"Check {check} fails: what it measures cannot be judged.", ()))
     return out
 
 
-def _no_data(ctx: Context, sick: list[ProbeSymptoms], steps: tuple[Step, ...],
-             missing: list[str], splits: list[Evidence]) -> list[Verdict]:
+def _no_data(case: Case, steps: list[Step]) -> list[Verdict]:
     """A verdict for each symptom no step explained: the data to decide is missing."""
     out: list[Verdict] = []
-    blind = [s.step for s in steps[1:] if s.result == "no_data"]
-    for ps in sick:
+    blind = [s.step for s in steps[1:] if s.result is StepResult.NO_DATA]
+    for ps in case.sick:
         if not ps.open:
             continue
         p = ps.probe
-        scope = probe_scope(p)
         why: list[str] = []
-        gone = [e.engine for e in ctx.engines_of(p) if e.engine in missing]
+        gone = [e.engine for e in case.engines_of(p) if e.engine in case.unobservable]
         if gone:
             why.append(f"engine {', '.join(gone)} has no metrics in the window")
-        failing = [c for c in ctx.obs.failing_checks if not c.startswith("probe/")]
+        failing = [c for c in case.obs.failing_checks if not c.startswith("probe/")]
         if failing:
             why.append(f"failing checks: {', '.join(sorted(failing))}")
-        split = [e for e in splits if e.labels.get("probe") == p.probe]
+        split = [e for e in case.splits if e.labels.get("probe") == p.probe]
         if split and not why:
             how = ("the engine's own timing of its requests" if "split" in split[0].labels
-                   else "its mean TTFT less the engine's" if split[0].metric == network.MEAN_SPLIT
-                   else "its TTFT P95 less the engine's")
+                   else "its mean TTFT less the engine's"
+                   if split[0].metric == network.MEAN_SPLIT else "its TTFT P95 less the engine's")
             why.append(f"{split[0].value:.3g} s of its TTFT is spent between client and "
                        "engine (network or gateway), yet no path check names a network "
                        "cause" + (f" on {p.carrier}" if p.carrier else "") + f" ({how})")
@@ -223,22 +218,21 @@ def _no_data(ctx: Context, sick: list[ProbeSymptoms], steps: tuple[Step, ...],
             why.append(f"no data for the {', '.join(blind)} step(s)")
         if not why:
             why.append("no step's data explains it")
-        symptoms = tuple(s for s in SYMPTOM_ORDER if s in ps.open)
-        out.append(Verdict(
-            "exporter", "no_data", scope, symptoms, 0.5,
-            f"{_phrase(ps, ps.open)[0].upper()}{_phrase(ps, ps.open)[1:]}, but the chain "
-            f"cannot name the cause: {'; '.join(why)}.",
-            (*ps.evidence, *split), ACTIONS["exporter"]["no_data"]))
+        symptoms = tuple(s for s in SYMPTOMS if s in ps.open)
+        what = _phrase(ps, ps.open)
+        out.append(_of(NO_DATA, probe_scope(p), symptoms, 0.5,
+                       f"{what[0].upper()}{what[1:]}, but the chain cannot name the cause: "
+                       f"{'; '.join(why)}.", (*ps.evidence, *split)))
     return out
 
 
-def _status(sick: list[ProbeSymptoms], verdicts: list[Verdict], steps: tuple[Step, ...]
-            ) -> Status:
-    if all(s.result == "no_data" for s in steps) and all(
-            v.cause == "no_data" for v in verdicts):
+def _status(sick: list[ProbeSymptoms], verdicts: list[Verdict], steps: list[Step]) -> Status:
+    causes = [(v.layer, v.cause) for v in verdicts]
+    if all(s.result is StepResult.NO_DATA for s in steps) and all(
+            c == (NO_DATA.layer, NO_DATA.name) for c in causes):
         return "unknown"
     if not verdicts:
         return "healthy"
-    if any(ps.breached for ps in sick) or any(v.cause == "down" for v in verdicts):
+    if any(ps.breached for ps in sick) or (DOWN.layer, DOWN.name) in causes:
         return "failing"
     return "degraded"

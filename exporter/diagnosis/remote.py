@@ -17,6 +17,7 @@ from exporter.diagnosis.result import (
     Pending,
     Status,
     Step,
+    StepResult,
     Verdict,
 )
 
@@ -83,7 +84,7 @@ def from_json(doc: dict[str, Any], where: str = "the exporter") -> Diagnosis:
     try:
         status = _status(doc["status"])
         verdicts = tuple(_verdict(v) for v in doc["verdicts"])
-        steps = tuple(Step(step=s["step"], result=s["result"],
+        steps = tuple(Step(step=s["step"], result=StepResult(s["result"]),
                            evidence=_evidence(s.get("evidence")))
                       for s in doc["steps"])
         at = dt.datetime.fromisoformat(doc["at"])

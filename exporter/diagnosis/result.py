@@ -1,7 +1,7 @@
 """The chain's output and its JSON contract (``schema.json`` beside this file, version v1).
 
-Layers and causes are a fixed, documented vocabulary (docs/diagnosis.md); the chain may only
-conclude one of these.
+Layers and causes are the fixed vocabulary of ``causes.py``; the chain may only conclude one
+of those.
 """
 
 from __future__ import annotations
@@ -9,23 +9,28 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from exporter import metrics
+from exporter.diagnosis.causes import NAMES, Symptom
 
 SCHEMA_ID = "llm-latency-diagnosis/v1"
 
 Status = Literal["healthy", "degraded", "failing", "unknown"]
 assert get_args(Status) == metrics.DIAGNOSIS_STATUSES
 StepName = Literal["symptom", "network", "engine", "gpu", "application"]
-StepResult = Literal["implicated", "ruled_out", "no_data"]
-Symptom = Literal["ttft", "tpot", "failures", "long_context"]
+
+
+class StepResult(StrEnum):
+    IMPLICATED = "implicated"
+    RULED_OUT = "ruled_out"
+    NO_DATA = "no_data"
+
 
 #: The chain's steps, in the order the field guides fix.
 STEPS: tuple[StepName, ...] = ("symptom", "network", "engine", "gpu", "application")
 
-CAUSES = metrics.DIAGNOSIS_CAUSES
-LAYERS: tuple[str, ...] = tuple(CAUSES)
 #: Keys of a verdict's scope, in the order the text and the metric labels use. ``site`` and
 #: ``vantage`` are a fleet's edge labels (docs/scaling.md), set only through the Prometheus
 #: source; the exporter's own verdict metric has no labels for them. ``dp_rank`` narrows an
@@ -71,7 +76,7 @@ class Verdict:
     actions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        assert self.cause in CAUSES.get(self.layer, ()), (self.layer, self.cause)
+        assert self.cause in NAMES.get(self.layer, ()), (self.layer, self.cause)
         assert set(self.scope) <= set(SCOPE_KEYS), self.scope
 
     def to_json(self) -> dict[str, Any]:
@@ -96,7 +101,7 @@ class Step:
     def to_json(self) -> dict[str, Any]:
         return {
             "step": self.step,
-            "result": self.result,
+            "result": str(self.result),
             "evidence": [e.to_json() for e in self.evidence],
         }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter.diagnosis.result import Diagnosis, Evidence, Verdict
+from exporter.diagnosis.result import Diagnosis, Evidence, StepResult, Verdict
 
 
 def _num(value: float | None) -> str:
@@ -75,14 +75,14 @@ def render(d: Diagnosis) -> str:
             lines.append("  Next:")
             lines += [f"    - {a}" for a in v.actions]
         lines.append("")
-    cleared = [s for s in d.steps if s.result == "ruled_out"]
+    cleared = [s for s in d.steps if s.result is StepResult.RULED_OUT]
     if cleared:
         lines.append("Ruled out:")
         for s in cleared:
             lines.append(f"  {s.step}")
             lines += table(s.evidence[:8])
         lines.append("")
-    blind = [s.step for s in d.steps if s.result == "no_data"]
+    blind = [s.step for s in d.steps if s.result is StepResult.NO_DATA]
     if blind:
         lines.append(f"No data for: {', '.join(blind)}")
     return "\n".join(lines).rstrip() + "\n"

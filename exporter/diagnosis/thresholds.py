@@ -9,9 +9,7 @@ Per-probe SLO overrides are not here: they arrive on ``ProbeWindow.slo_ttft`` / 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from exporter.monitoring import findings
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the chain takes a Config only here, and only its values
     from exporter.config.models import Config
@@ -71,13 +69,10 @@ class Thresholds:
 
 
 def resolve(config: Config) -> Thresholds:
-    """The thresholds of ``config``: ``diagnosis:`` values where set, else ``slo:`` and
-    ``alerting:`` (the same numbers the generated alerts use)."""
-    d, al = config.diagnosis, config.alerting
-
-    def alert(name: str, which: int = 0) -> Any:
-        # The alert's own threshold (exporter/monitoring/findings.py): one decision.
-        return findings.threshold(name, config, which)
+    """The thresholds of ``config``: ``diagnosis:`` values where set, else the ``slo:`` and
+    ``alerting:`` keys the generated alerts compare against (each cause's row in
+    ``causes.py`` names its keys; tests/test_findings.py moves each and sees both move)."""
+    d, al, slo = config.diagnosis, config.alerting, config.slo
 
     def pick(value: float | None, default: float) -> float:
         return default if value is None else value
@@ -86,26 +81,26 @@ def resolve(config: Config) -> Thresholds:
         window=d.window,
         min_requests=d.min_requests,
         drift_ratio=d.drift_ratio,
-        slo_ttft=alert("LLMProbeTTFTHigh"),
-        slo_tpot=alert("LLMProbeTPOTHigh"),
-        failure_ratio=pick(d.failure_ratio, alert("LLMProbeFailureRatioHigh")),
-        loss_ratio=pick(d.loss_ratio, alert("LLMPathPacketLoss")),
-        jitter_seconds=pick(d.jitter_seconds, alert("LLMPathJitterHigh")),
+        slo_ttft=slo.ttft_p95_seconds,
+        slo_tpot=slo.tpot_p95_seconds,
+        failure_ratio=pick(d.failure_ratio, slo.probe_failure_ratio),
+        loss_ratio=pick(d.loss_ratio, slo.loss_ratio),
+        jitter_seconds=pick(d.jitter_seconds, slo.jitter_seconds),
         rtt_round_trips=d.rtt_round_trips,
         rtt_budget_share=d.rtt_budget_share,
         connection_setup_share=d.connection_setup_share,
         client_network_share=d.client_network_share,
         peak_min_loss=al.peak_drift_min_loss_ratio,
-        clients_min_segments=alert("LLMClientsRetransmissionHigh", 1),
+        clients_min_segments=al.clients_min_segments,
         route_class_order=tuple(al.route_class_order),
-        queue_share=pick(d.queue_share, alert("LLMEngineCapacityBound")),
-        kv_cache_usage=pick(d.kv_cache_usage, alert("LLMEngineKVCacheSaturated")),
-        stall_seconds=alert("LLMProbeStreamStalls"),
-        imbalance_ratio=alert("LLMEngineImbalance"),
-        imbalance_min_waiting=alert("LLMEngineImbalance", 1),
-        imbalance_kv_gap=alert("LLMEngineImbalance", 2),
-        gpu_memory_ratio=pick(d.gpu_memory_ratio, alert("LLMGPUMemoryNearFull")),
-        throttle_reasons=tuple(alert("LLMGPUThrottled")),
+        queue_share=pick(d.queue_share, al.queue_share_ratio),
+        kv_cache_usage=pick(d.kv_cache_usage, al.kv_cache_usage_ratio),
+        stall_seconds=al.stall_seconds,
+        imbalance_ratio=al.imbalance_ratio,
+        imbalance_min_waiting=al.imbalance_min_waiting,
+        imbalance_kv_gap=al.imbalance_kv_gap,
+        gpu_memory_ratio=pick(d.gpu_memory_ratio, al.gpu_memory_ratio),
+        throttle_reasons=tuple(al.throttle_reasons),
         gpu_underutilized=d.gpu_underutilized,
         dram_bandwidth=d.dram_bandwidth,
         prompt_growth=d.prompt_growth,

@@ -5,30 +5,11 @@ Written by the exporter's embedded evaluation of the decision chain (exporter/di
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from exporter.metrics.schema import Kind, define
 
 #: Bounded values of ``status`` on DIAGNOSIS_STATUS.
 DIAGNOSIS_STATUSES = ("healthy", "degraded", "failing", "unknown")
-#: layer -> the causes it may conclude. "exporter" / "no_data": the checks needed to decide
-#: are failing or absent.
-DIAGNOSIS_CAUSES: Mapping[str, tuple[str, ...]] = {
-    "network": (
-        "packet_loss",
-        "jitter",
-        "rtt_floor",
-        "route_change",
-        "peak_congestion",
-        "connection_setup",
-        "stream_stalls",
-    ),
-    "engine": ("down", "queueing", "slow_prefill", "slow_decode", "kv_cache_pressure",
-               "imbalance"),
-    "gpu": ("throttling", "memory_full", "xid_errors", "underutilized", "memory_bandwidth"),
-    "application": ("long_prompts", "rate_limited", "client_concurrency", "client_timeouts"),
-    "exporter": ("no_data",),
-}
+#: ``layer`` and ``cause`` take the vocabulary of exporter/diagnosis/causes.py.
 DIAGNOSIS_VERDICT_LABELS = ("layer", "cause", "carrier", "probe", "engine")
 
 DIAGNOSIS_VERDICT = define(

@@ -8,6 +8,8 @@ from typing import Any
 
 from exporter.config.models import Config
 from exporter.config.values import PeakWindow
+from exporter.diagnosis import causes
+from exporter.diagnosis.causes import Cause
 from exporter.metrics.names import FLEET
 
 
@@ -32,8 +34,10 @@ WHERE = ("instance", *FLEET)
 CRITICAL = 'severity="critical"'
 
 
-def _cause(layer: str, *causes: str) -> tuple[str, ...]:
-    return (f'layer="{layer}"', f'cause=~"{"|".join(causes)}"')
+def _cause(*causes: Cause) -> tuple[str, ...]:
+    """Matchers on the diagnosis alert for verdicts of ``causes`` (of one layer)."""
+    (layer,) = {c.layer for c in causes}
+    return (f'layer="{layer}"', f'cause=~"{"|".join(c.name for c in causes)}"')
 
 
 #: Cause -> symptoms it mutes. Loss on a carrier explains slow first tokens of probes
@@ -77,26 +81,26 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition(DIAGNOSIS, ("LLMPathPacketLoss", "LLMPathLossPeakDrift",
                            "LLMClientsRetransmissionHigh", "LLMProbeStreamPacketLoss"),
                           ("carrier", *WHERE),
-               _cause("network", "packet_loss", "peak_congestion")),
+               _cause(causes.PACKET_LOSS, causes.PEAK_CONGESTION)),
     Inhibition(DIAGNOSIS, ("LLMPathJitterHigh",), ("carrier", *WHERE),
-               _cause("network", "jitter")),
+               _cause(causes.JITTER)),
     Inhibition(DIAGNOSIS, ("LLMPathRouteDegraded",), ("carrier", *WHERE),
-               _cause("network", "route_change")),
+               _cause(causes.ROUTE_CHANGE)),
     Inhibition(DIAGNOSIS, ("LLMEngineCapacityBound",), ("target", *WHERE),
-               _cause("engine", "queueing")),
+               _cause(causes.QUEUEING)),
     Inhibition(DIAGNOSIS, ("LLMEngineComputeBound",), ("target", *WHERE),
-               _cause("engine", "slow_prefill", "slow_decode")),
+               _cause(causes.SLOW_PREFILL, causes.SLOW_DECODE)),
     Inhibition(DIAGNOSIS, ("LLMEngineKVCacheSaturated",), ("target", *WHERE),
-               _cause("engine", "kv_cache_pressure")),
+               _cause(causes.KV_CACHE_PRESSURE)),
     # An imbalanced rank takes over its engine's queue: the capacity alert is its too.
     Inhibition(DIAGNOSIS, ("LLMEngineImbalance", "LLMEngineCapacityBound"), ("target", *WHERE),
-               _cause("engine", "imbalance")),
+               _cause(causes.IMBALANCE)),
     Inhibition(DIAGNOSIS, ("LLMEngineDown",), ("target", *WHERE),
-               (*_cause("engine", "down"), CRITICAL)),
+               (*_cause(causes.DOWN), CRITICAL)),
     # Verdicts carry no gpu label: a GPU cause explains that exporter's GPU alerts.
-    Inhibition(DIAGNOSIS, ("LLMGPUThrottled",), WHERE, _cause("gpu", "throttling")),
-    Inhibition(DIAGNOSIS, ("LLMGPUMemoryNearFull",), WHERE, _cause("gpu", "memory_full")),
-    Inhibition(DIAGNOSIS, ("LLMGPUXidError",), WHERE, (*_cause("gpu", "xid_errors"), CRITICAL)),
+    Inhibition(DIAGNOSIS, ("LLMGPUThrottled",), WHERE, _cause(causes.THROTTLING)),
+    Inhibition(DIAGNOSIS, ("LLMGPUMemoryNearFull",), WHERE, _cause(causes.MEMORY_FULL)),
+    Inhibition(DIAGNOSIS, ("LLMGPUXidError",), WHERE, (*_cause(causes.XID_ERRORS), CRITICAL)),
 )
 
 QUIET_HOURS = "quiet-hours"

@@ -14,7 +14,7 @@ import sys
 from exporter.config.load import load_config
 from exporter.config.values import format_duration
 from exporter.diagnosis.observations import Observations
-from exporter.diagnosis.result import Diagnosis, Evidence, Step
+from exporter.diagnosis.result import Diagnosis, Evidence, Step, StepResult
 from exporter.runtime.app import App
 from exporter.runtime.logs import setup_logging
 
@@ -34,7 +34,7 @@ def echo(obs: Observations) -> Diagnosis:
                                      labels=labels))
     return Diagnosis(
         at=obs.at, window=format_duration(obs.window), source=obs.source, status="healthy",
-        verdicts=(), steps=(Step("symptom", "ruled_out", tuple(rows)),),
+        verdicts=(), steps=(Step("symptom", StepResult.RULED_OUT, tuple(rows)),),
     )
 
 

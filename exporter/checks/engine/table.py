@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter import metrics
-from exporter.checks.engine.docblock import DocBlock
+from exporter.docblock import DocBlock
 from exporter.metrics import Family, Kind
 
 #: Engine families the check detects and normalizes.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.checks.engine.docblock import DocBlock
+from exporter.docblock import DocBlock
 from exporter.metrics import Kind
 
 

@@ -5,28 +5,18 @@ answer."""
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.diagnosis.observations import EngineWindow
-from exporter.diagnosis.result import Evidence, Step, Symptom
-from exporter.diagnosis.steps.base import (
-    Context,
-    Finding,
-    ProbeSymptoms,
-    conclude,
-    pct,
-    probe_labels,
-    probe_scope,
-    secs,
-    strength,
+from exporter.diagnosis.causes import (
+    CLIENT_CONCURRENCY,
+    CLIENT_TIMEOUTS,
+    FIRST_TOKEN,
+    LONG_PROMPTS,
+    RATE_LIMITED,
 )
-from exporter.diagnosis.steps.engine import EngineState
+from exporter.diagnosis.observations import EngineWindow
+from exporter.diagnosis.result import Evidence
+from exporter.diagnosis.steps.base import Case, EngineState, Finding, Outcome, ProbeSymptoms
+from exporter.diagnosis.steps.words import pct, probe_labels, probe_scope, secs, strength
 
-FIRST: frozenset[Symptom] = frozenset(("ttft", "long_context"))
-#: The engine split each application cause explains: long prompts make prefill slow and the
-#: queue long; more clients at the same capacity make the queue long.
-ABSORBS: dict[str, frozenset[str]] = {
-    "long_prompts": frozenset(("slow_prefill", "queueing")),
-    "client_concurrency": frozenset(("queueing", "kv_cache_pressure")),
-}
 TIMEOUTS = ("timeout_first_token", "timeout_total")
 PROMPT_MEAN = (f"rate({metrics.ENGINE_PROMPT_TOKENS.name}) / "
                f"rate({metrics.ENGINE_REQUESTS_FINISHED.name})")
@@ -43,7 +33,7 @@ NOT_SERVED = frozenset((metrics.ProbeOutcome.TIMEOUT_CONNECT.value,
                         metrics.ProbeOutcome.RATE_LIMITED.value))
 
 
-def users_prompt(ctx: Context, e: EngineWindow) -> float | None:
+def users_prompt(case: Case, e: EngineWindow) -> float | None:
     """Prompt tokens per request of the engine's users: the engine's mean without the
     requests of the exporter's own probes (short ones would dilute it, a long-context one
     would pass for a user's long prompt). None where what is left is under min_requests or
@@ -54,35 +44,35 @@ def users_prompt(ctx: Context, e: EngineWindow) -> float | None:
         return None
     tokens, requests = e.prompt_tokens_mean * e.requests, e.requests
     linked = 0
-    for p in ctx.obs.probes:
-        if e in ctx.engines_of(p) and p.prompt_tokens_mean is not None:
+    for p in case.obs.probes:
+        if e in case.engines_of(p) and p.prompt_tokens_mean is not None:
             served = sum(n for o, n in p.outcomes.items() if o not in NOT_SERVED)
             tokens, requests = tokens - p.prompt_tokens_mean * served, requests - served
             linked += 1
     # A probe runs one request at a time, so at each edge of the window the engine and the
     # probe may disagree by one of its requests: a remainder within that is the probes'.
-    if requests < ctx.th.min_requests or requests <= 2 * linked:
+    if requests < case.thresholds.min_requests or requests <= 2 * linked:
         return None
     return tokens / requests if tokens > 0 else e.prompt_tokens_mean
 
 
-def probes_prompt(ctx: Context, e: EngineWindow) -> float | None:
+def probes_prompt(case: Case, e: EngineWindow) -> float | None:
     """The longest mean prompt of the probes linked to the engine: a prompt the product
     itself sends as an ordinary request, so a users' prompt no longer than it (times
     ``prompt_growth``) is not long, however slow the engine is at it."""
-    means = [p.prompt_tokens_mean for p in ctx.obs.probes
-             if p.prompt_tokens_mean and e in ctx.engines_of(p)]
+    means = [p.prompt_tokens_mean for p in case.obs.probes
+             if p.prompt_tokens_mean and e in case.engines_of(p)]
     return max(means, default=None)
 
 
-def prompt_cost(ctx: Context, st: EngineState) -> tuple[float, float, float, float] | None:
+def prompt_cost(case: Case, st: EngineState) -> tuple[float, float, float, float] | None:
     """(the users' mean prompt, the seconds of prefill it alone costs, the prefill rate in
     tokens/s it is costed at, the window's own rate): the engine's fastest measured
     prefill, the window's where no history has one. None without the numbers. A judgement
     needing no baseline: a prompt that takes most of the first-token budget at the engine's
     best speed is too long for the SLO, whatever it was yesterday."""
     e = st.engine
-    prompt = users_prompt(ctx, e)
+    prompt = users_prompt(case, e)
     if prompt is None or not e.prefill_seconds or not e.prompt_tokens_mean:
         return None
     now = e.prompt_tokens_mean * e.requests / e.prefill_seconds
@@ -90,23 +80,23 @@ def prompt_cost(ctx: Context, st: EngineState) -> tuple[float, float, float, flo
     return prompt, prompt / rate, rate, now
 
 
-def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
+def _long_prompts(case: Case, st: EngineState, grown: Finding | None,
                   cleared: list[Evidence]) -> Finding | None:
     """Prompts too long for the TTFT SLO at the engine's prefill rate; growth over a
     baseline (``grown``) strengthens it, and alone still names it."""
     e, lab = st.engine, {"engine": st.engine.engine, "target": st.engine.target}
-    cost = prompt_cost(ctx, st)
+    cost = prompt_cost(case, st)
     if cost is None:
         return grown
     prompt, seconds, rate, now = cost
-    budget = ctx.th.prompt_budget_share * st.slo_ttft
-    ev = ctx.ev(USERS_PROMPT, prompt, lab, budget * rate, e.prompt_tokens_baseline)
+    budget = case.thresholds.prompt_budget_share * st.slo_ttft
+    ev = case.evidence(USERS_PROMPT, prompt, lab, budget * rate, e.prompt_tokens_baseline)
     # Without a history of a fast prefill, the rate is the window's own: a slow engine makes
     # any prompt cost the budget there. What tells the two apart is the probes' ordinary
     # prompt: the engine is as slow at it (slow_prefill) unless the users' are longer.
-    ordinary = probes_prompt(ctx, e)
-    longer = (ordinary is None or prompt > ordinary * ctx.th.prompt_growth) and \
-        prompt >= ctx.th.long_prompt_tokens
+    ordinary = probes_prompt(case, e)
+    longer = (ordinary is None or prompt > ordinary * case.thresholds.prompt_growth) and \
+        prompt >= case.thresholds.long_prompt_tokens
     # A prefill slower than its best is the engine's doing: where the engine's TTFT, less
     # what the slowdown adds to the prompt, is back inside the SLO, the prompt costs budget
     # but the slowdown breaks the SLO (slow_prefill).
@@ -118,7 +108,7 @@ def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
     headline = (f"Engine {e.engine}'s users' prompts average {prompt:.0f} tokens: at "
                 f"its prefill rate of {rate:.0f} tokens/s they alone take {secs(seconds)}, "
                 f"{pct(seconds / st.slo_ttft)} of the {secs(st.slo_ttft)} TTFT SLO")
-    evidence = [ev, ctx.ev(PREFILL_RATE, rate, lab)]
+    evidence = [ev, case.evidence(PREFILL_RATE, rate, lab)]
     s = strength(seconds, budget)
     if grown is not None:
         base = e.prompt_tokens_baseline or 1.0
@@ -127,20 +117,18 @@ def _long_prompts(ctx: Context, st: EngineState, grown: Finding | None,
         grown.evidence[:0] = evidence
         grown.strength = min(0.95, max(grown.strength, s) + 0.05)
         return grown
-    return Finding("application", "long_prompts", {"engine": e.engine}, headline, evidence,
-                   s, FIRST | {"tpot"}, st.probes, unobserved=not st.probes,
-                   fails=frozenset(("timeout",)))
+    return Finding(LONG_PROMPTS, {"engine": e.engine}, headline, evidence, s, st.probes)
 
 
-def _engine_causes(ctx: Context, st: EngineState, cleared: list[Evidence]) -> list[Finding]:
-    th, e = ctx.th, st.engine
+def _engine_causes(case: Case, st: EngineState, cleared: list[Evidence]) -> list[Finding]:
+    lines, e = case.thresholds, st.engine
     lab = {"engine": e.engine, "target": e.target}
     out: list[Finding] = []
     growths = (
-        ("long_prompts", e.prompt_tokens_mean, e.prompt_tokens_baseline, th.prompt_growth,
+        (LONG_PROMPTS, e.prompt_tokens_mean, e.prompt_tokens_baseline, lines.prompt_growth,
          PROMPT_MEAN, "'s prompts average {v:.0f} tokens, {r:.1f}x the "
          "off-peak {b:.0f}"),
-        ("client_concurrency", e.request_rate, e.request_rate_baseline, th.request_rate_growth,
+        (CLIENT_CONCURRENCY, e.request_rate, e.request_rate_baseline, lines.request_rate_growth,
          RATE, " gets {v:.3g} requests/s, {r:.1f}x the "
          "off-peak {b:.3g}/s at the same capacity"),
     )
@@ -148,80 +136,78 @@ def _engine_causes(ctx: Context, st: EngineState, cleared: list[Evidence]) -> li
     for cause, value, base, growth, metric, text in growths:
         if value is None or not base:
             continue
-        ev = ctx.ev(metric, value, lab, base * growth, base)
+        ev = case.evidence(metric, value, lab, base * growth, base)
         if st.slow and value > base * growth:
             headline = f"Engine {e.engine}" + text.format(v=value, r=value / base, b=base)
-            f = Finding("application", cause, {"engine": e.engine}, headline, [ev],
-                        strength(value, base * growth), FIRST | {"tpot"}, st.probes,
-                        unobserved=not st.probes, fails=frozenset(("timeout",)))
-            if cause == "long_prompts":
+            f = Finding(cause, {"engine": e.engine}, headline, [ev],
+                        strength(value, base * growth), st.probes)
+            if cause is LONG_PROMPTS:
                 grown = f
             else:
                 out.append(f)
         else:
             cleared.append(ev)
-    long = _long_prompts(ctx, st, grown, cleared)
+    long = _long_prompts(case, st, grown, cleared)
     return [long, *out] if long is not None else out
 
 
-def _probe_causes(ctx: Context, ps: ProbeSymptoms, states: dict[str, EngineState],
+def _probe_causes(case: Case, ps: ProbeSymptoms, states: dict[str, EngineState],
                   cleared: list[Evidence]) -> list[Finding]:
-    th, p = ctx.th, ps.probe
+    lines, p = case.thresholds, ps.probe
     lab = probe_labels(p)
     out: list[Finding] = []
     if p.prompt_tokens_mean is not None and p.prompt_tokens_baseline:
-        base, grown = p.prompt_tokens_baseline, p.prompt_tokens_baseline * th.prompt_growth
-        e = ctx.ev(metrics.PROBE_PROMPT_TOKENS.name, p.prompt_tokens_mean, lab, grown, base)
-        if p.prompt_tokens_mean > grown and ps.open & FIRST:
+        base, grown = p.prompt_tokens_baseline, p.prompt_tokens_baseline * lines.prompt_growth
+        e = case.evidence(metrics.PROBE_PROMPT_TOKENS.name, p.prompt_tokens_mean, lab, grown, base)
+        if p.prompt_tokens_mean > grown and ps.open & FIRST_TOKEN:
             # The probe's own prompt grew (its config or template changed): its first token
             # pays for the extra prefill.
             out.append(Finding(
-                "application", "long_prompts", probe_scope(p),
+                LONG_PROMPTS, probe_scope(p),
                 f"The {p.probe} probe's prompts average {p.prompt_tokens_mean:.0f} tokens, "
                 f"{p.prompt_tokens_mean / base:.1f}x the off-peak {base:.0f}", [e],
-                strength(p.prompt_tokens_mean, grown), FIRST, (ps,),
-                fails=frozenset(("timeout",))))
+                strength(p.prompt_tokens_mean, grown), (ps,), narrower=FIRST_TOKEN))
         else:
             cleared.append(e)
-    limited = p.outcomes.get(metrics.ProbeOutcome.RATE_LIMITED.value, 0)
+    refused = metrics.ProbeOutcome.RATE_LIMITED.value
+    limited = p.outcomes.get(refused, 0)
     if limited:
-        e = ctx.ev(metrics.PROBE_REQUESTS.name, limited / p.requests,
-                   {**lab, "outcome": "rate_limited"}, th.failure_ratio)
-        if ps.failure_kind == "rate_limited" or limited / p.requests > th.failure_ratio:
+        e = case.evidence(metrics.PROBE_REQUESTS.name, limited / p.requests,
+                          {**lab, "outcome": refused}, lines.failure_ratio)
+        if ps.failure in RATE_LIMITED.fails or limited / p.requests > lines.failure_ratio:
             out.append(Finding(
-                "application", "rate_limited", probe_scope(p),
+                RATE_LIMITED, probe_scope(p),
                 f"The {p.probe} probe is rate limited: {pct(limited / p.requests)} of its "
-                f"requests get 429", [e], strength(limited / p.requests, th.failure_ratio, 0.75),
-                frozenset(("failures",)), (ps,), fails=frozenset(("rate_limited",))))
+                f"requests get 429", [e], strength(limited / p.requests, lines.failure_ratio, 0.75),
+                (ps,)))
         else:
             cleared.append(e)
     timeouts = sum(p.outcomes.get(o, 0) for o in TIMEOUTS)
-    engines = [states[e.engine] for e in ctx.engines_of(p) if e.engine in states]
+    engines = [states[e.engine] for e in case.engines_of(p) if e.engine in states]
     if timeouts and "failures" in ps.open and engines and not any(s.slow for s in engines):
         # The server answers within its SLO, yet the client gives up: its timeout is short.
         st = engines[0]
-        ev = [ctx.ev(metrics.PROBE_REQUESTS.name, timeouts / p.requests,
-                     {**lab, "outcome": "timeout"}, th.failure_ratio)]
+        ev = [case.evidence(metrics.PROBE_REQUESTS.name, timeouts / p.requests,
+                            {**lab, "outcome": "timeout"}, lines.failure_ratio)]
         if st.engine.ttft_p95 is not None:
-            ev.append(ctx.ev(metrics.ENGINE_TTFT.name, st.engine.ttft_p95,
-                             {"engine": st.engine.engine}, st.slo_ttft,
-                             grid=st.engine.ttft_buckets))
+            ev.append(case.evidence(metrics.ENGINE_TTFT.name, st.engine.ttft_p95,
+                                    {"engine": st.engine.engine}, st.slo_ttft,
+                                    grid=st.engine.ttft_buckets))
         limit = f" (timeout {secs(p.timeout_total)})" if p.timeout_total else ""
         out.append(Finding(
-            "application", "client_timeouts", probe_scope(p),
+            CLIENT_TIMEOUTS, probe_scope(p),
             f"The {p.probe} probe times out on {pct(timeouts / p.requests)} of requests"
             f"{limit} while engine {st.engine.engine} answers within its SLO", ev,
-            strength(timeouts / p.requests, th.failure_ratio), frozenset(("failures",)),
-            (ps,), fails=frozenset(("timeout",))))
+            strength(timeouts / p.requests, lines.failure_ratio), (ps,)))
     return out
 
 
-def _one_limiter(ctx: Context, found: list[Finding]) -> list[Finding]:
+def _one_limiter(case: Case, found: list[Finding]) -> list[Finding]:
     """429s come from in front of the engine, upstream of every probe: one finding per
     engine the limited probes reach (one for unlinked probes), the probes its evidence."""
     by_engine: dict[str, list[Finding]] = {}
     for f in found:
-        engines = ctx.engines_of(f.probes[0].probe)
+        engines = case.engines_of(f.probes[0].probe)
         by_engine.setdefault(engines[0].engine if engines else "", []).append(f)
     out = []
     for engine, group in by_engine.items():
@@ -235,33 +221,32 @@ def _one_limiter(ctx: Context, found: list[Finding]) -> list[Finding]:
                     f"on {pct(min(ratios))} to {pct(max(ratios))} of their requests"
                     if len(group) > 1 else group[0].headline)
         out.append(Finding(
-            "application", "rate_limited", {"engine": engine} if engine else {}, headline,
-            [e for f in group for e in f.evidence], max(f.strength for f in group),
-            group[0].explains, probes, fails=group[0].fails))
+            RATE_LIMITED, {"engine": engine} if engine else {}, headline,
+            [e for f in group for e in f.evidence], max(f.strength for f in group), probes))
     return out
 
 
-def evaluate(ctx: Context, sick: list[ProbeSymptoms], states: list[EngineState],
-             engine_findings: list[Finding]) -> tuple[Step, list[Finding], list[Finding]]:
-    """The step, its findings, and the engine findings they absorbed (to drop)."""
+def evaluate(case: Case) -> Outcome:
+    """A finding takes over the time splits of its engine it explains (``Cause.absorbs``),
+    as a GPU finding does; both may take the same split over."""
     findings: list[Finding] = []
     cleared: list[Evidence] = []
-    absorbed: list[Finding] = []
-    by_name = {st.engine.engine: st for st in states}
-    for st in states:
-        for f in _engine_causes(ctx, st, cleared):
+    taken: list[Finding] = []
+    engine_findings = [f for f in case.findings if f.cause.layer == "engine"]
+    by_name = {st.engine.engine: st for st in case.engines}
+    for st in case.engines:
+        for f in _engine_causes(case, st, cleared):
             for ef in engine_findings:
                 if ef.scope.get("engine") == st.engine.engine and \
-                        ef.cause in ABSORBS[f.cause] and ef not in absorbed:
+                        ef.cause in f.cause.absorbs and ef not in taken:
                     f.absorb(ef)
-                    f.own = f.own or ef.own
-                    absorbed.append(ef)
+                    taken.append(ef)
             findings.append(f)
     per_probe: list[Finding] = []
-    for ps in sick:
-        per_probe.extend(_probe_causes(ctx, ps, by_name, cleared))
-    findings.extend(f for f in per_probe if f.cause != "rate_limited")
-    findings.extend(_one_limiter(ctx, [f for f in per_probe if f.cause == "rate_limited"]))
+    for ps in case.sick:
+        per_probe.extend(_probe_causes(case, ps, by_name, cleared))
+    findings.extend(f for f in per_probe if f.cause is not RATE_LIMITED)
+    findings.extend(_one_limiter(case, [f for f in per_probe if f.cause is RATE_LIMITED]))
     # Decided when there was anything to judge: a symptom's outcomes or an engine baseline.
-    decided = bool(cleared) or bool(findings) or bool(sick)
-    return conclude("application", findings, cleared, decided), findings, absorbed
+    decided = bool(cleared) or bool(findings) or bool(case.sick)
+    return Outcome.of("application", findings, cleared, decided)

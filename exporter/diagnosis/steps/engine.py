@@ -5,36 +5,30 @@ data-parallel rank far above its peers (imbalance), which takes over a queue tha
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from exporter import metrics
+from exporter.diagnosis.causes import (
+    DOWN,
+    FIRST_TOKEN,
+    IMBALANCE,
+    KV_CACHE_PRESSURE,
+    QUEUEING,
+    SLOW_DECODE,
+    SLOW_PREFILL,
+    Cause,
+)
 from exporter.diagnosis.observations import EngineWindow
-from exporter.diagnosis.result import Evidence, Step, Symptom
+from exporter.diagnosis.result import Evidence
 from exporter.diagnosis.steps.base import (
-    ANY_FAILURE,
-    Context,
+    Case,
+    EngineState,
     Finding,
-    ProbeSymptoms,
-    conclude,
-    pct,
-    resolution,
-    secs,
-    strength,
+    Outcome,
+    Standing,
 )
 from exporter.diagnosis.steps.symptom import failures
+from exporter.diagnosis.steps.words import pct, resolution, secs, strength
 
-FIRST: frozenset[Symptom] = frozenset(("ttft", "long_context"))
-EXPLAINS: dict[str, frozenset[Symptom]] = {
-    "down": frozenset(("ttft", "tpot", "failures", "long_context")),
-    # A request queued past the client's patience ends as a timeout: failures too.
-    "queueing": FIRST | {"failures"},
-    # Preempted requests are recomputed or swapped: both the first token and the stream wait.
-    "kv_cache_pressure": frozenset(("ttft", "tpot", "failures", "long_context")),
-    "slow_prefill": FIRST,
-    "slow_decode": frozenset(("tpot",)),
-    # Requests routed to the busy rank wait there, or time out.
-    "imbalance": FIRST | {"failures"},
-}
 #: Evidence names: the families read and the arithmetic done on them.
 QUEUE_SHARE = "queue / (queue + prefill + decode) of " + metrics.ENGINE_QUEUE_TIME.name
 PER_REQUEST = "{} per request"
@@ -44,93 +38,64 @@ PEERS = "{} mean of the other dp_ranks"
 EXACT_QUEUE_SHARE = (f"queue / (network_frontend + queue + prefill) of "
                      f"{metrics.PROBE_SERVER_TIMING.name}")
 
-#: An engine that answers slowly times requests out; one that is down refuses or resets them.
-FAILS: dict[str, frozenset[str]] = {
-    "queueing": frozenset(("timeout",)),
-    "kv_cache_pressure": frozenset(("timeout", "server")),
-    "imbalance": frozenset(("timeout",)),
-}
 
-
-@dataclass
-class EngineState:
-    """What the later steps need to know about one engine: is it slow, and how."""
-
-    engine: EngineWindow
-    probes: tuple[ProbeSymptoms, ...]
-    slow_first: bool  # its TTFT (or a linked probe's first token) is over the line
-    slow_decode: bool
-    slo_ttft: float
-    slo_tpot: float
-    own: bool  # its own TTFT or ITL is over the line, whatever the probes show
-
-    @property
-    def slow(self) -> bool:
-        return self.slow_first or self.slow_decode
-
-
-def linked(ctx: Context, e: EngineWindow, sick: list[ProbeSymptoms]) -> tuple[ProbeSymptoms, ...]:
-    return tuple(s for s in sick if e in ctx.engines_of(s.probe))
-
-
-def state(ctx: Context, e: EngineWindow, sick: list[ProbeSymptoms]) -> EngineState:
-    probes = linked(ctx, e, sick)
-    mine = [p for p in ctx.obs.probes if e in ctx.engines_of(p)]
-    slo_ttft = min([p.slo_ttft for p in mine] or [ctx.th.slo_ttft])
-    slo_tpot = min([p.slo_tpot for p in mine] or [ctx.th.slo_tpot])
+def state(case: Case, e: EngineWindow) -> EngineState:
+    probes = case.linked(e)
+    mine = [p for p in case.obs.probes if e in case.engines_of(p)]
+    slo_ttft = min([p.slo_ttft for p in mine] or [case.thresholds.slo_ttft])
+    slo_tpot = min([p.slo_tpot for p in mine] or [case.thresholds.slo_tpot])
     # The engine's own numbers decide where it has them: a probe slow while the engine's own
     # TTFT is fine lost its time on the way (the client-minus-engine split), not here. Only
     # without them do the linked probes' open symptoms (those the network did not explain)
     # stand in.
     first = (e.ttft_p95 > slo_ttft if e.ttft_p95 is not None
-             else any(s.open & FIRST for s in probes))
+             else any(s.open & FIRST_TOKEN for s in probes))
     decode = (e.itl_p95 > slo_tpot if e.itl_p95 is not None
               else any("tpot" in s.open for s in probes))
     own = (e.ttft_p95 or 0) > slo_ttft or (e.itl_p95 or 0) > slo_tpot
     return EngineState(e, probes, first, decode, slo_ttft, slo_tpot, own)
 
 
-def _findings(ctx: Context, st: EngineState, cleared: list[Evidence],
+def _findings(case: Case, st: EngineState, cleared: list[Evidence],
               ranks: list[Finding]) -> list[Finding] | None:
     """The engine's findings besides ``ranks`` (its imbalanced ranks, which take over a queue
     that is theirs); None when the numbers needed to split its time are missing."""
-    th, e = ctx.th, st.engine
+    lines, e = case.thresholds, st.engine
     lab = {"engine": e.engine, "target": e.target}
     scope = {"engine": e.engine, "site": e.site}  # engine names repeat across sites
     out: list[Finding] = []
 
-    def add(cause: str, headline: str, ev: list[Evidence], s: float, hard: bool = False,
-            own: bool = st.own) -> None:
-        out.append(Finding("engine", cause, dict(scope), headline, ev, s, EXPLAINS[cause],
-                           st.probes, hard=hard, unobserved=not st.probes, own=own,
-                           fails=FAILS.get(cause, ANY_FAILURE)))
+    def add(cause: Cause, headline: str, ev: list[Evidence], s: float,
+            over_line: bool = st.own) -> None:
+        out.append(Finding(cause, dict(scope), headline, ev, s, st.probes,
+                           Standing.OVER_LINE if over_line else Standing.EXPLAINS))
 
     if e.up is False:
-        add("down", f"Engine {e.engine} is down (its metrics endpoint does not answer)",
-            [ctx.ev(metrics.ENGINE_UP.name, 0, lab, 1)], 0.95, hard=True)
+        add(DOWN, f"Engine {e.engine} is down (its metrics endpoint does not answer)",
+            [case.evidence(metrics.ENGINE_UP.name, 0, lab, 1)], 0.95)
         return out
     for value, metric, slo, grid in (
             (e.ttft_p95, metrics.ENGINE_TTFT.name, st.slo_ttft, e.ttft_buckets),
             (e.itl_p95, metrics.ENGINE_ITL.name, st.slo_tpot, e.itl_buckets)):
         if value is not None:
-            cleared.append(ctx.ev(metric, value, lab, slo, grid=grid))
+            cleared.append(case.evidence(metric, value, lab, slo, grid=grid))
     # A full cache and a long queue are over their alerts' lines on their own (the engine
     # pages before the probes feel it); slow prefill or decode needs a slow engine.
     kv = e.kv_cache_usage
-    if kv is not None and kv > th.kv_cache_usage and e.preemptions > 0:
-        add("kv_cache_pressure", f"Engine {e.engine}'s KV cache is {pct(kv)} full with "
+    if kv is not None and kv > lines.kv_cache_usage and e.preemptions > 0:
+        add(KV_CACHE_PRESSURE, f"Engine {e.engine}'s KV cache is {pct(kv)} full with "
             f"{e.preemptions:.0f} preemption(s) in the window",
-            [ctx.ev(metrics.ENGINE_KV_CACHE_USAGE.name, kv, lab, th.kv_cache_usage),
-             ctx.ev(metrics.ENGINE_PREEMPTIONS.name, e.preemptions, lab, 0)],
-            strength(e.preemptions, 1.0, 0.75), own=True)
+            [case.evidence(metrics.ENGINE_KV_CACHE_USAGE.name, kv, lab, lines.kv_cache_usage),
+             case.evidence(metrics.ENGINE_PREEMPTIONS.name, e.preemptions, lab, 0)],
+            strength(e.preemptions, 1.0, 0.75), over_line=True)
     total = e.engine_seconds
     known = total is not None and e.requests >= 1 and total > 0
-    exact = _exact_queue(ctx, st, lab)
+    exact = _exact_queue(case, st, lab)
     if not known and exact is None:
         return (out or None) if st.slow else out
     # LLMEngineCapacityBound's condition: the engine's own histograms, over all requests.
     capacity = known and e.queue_seconds is not None and total is not None and \
-        e.queue_seconds / total > th.queue_share
+        e.queue_seconds / total > lines.queue_share
     if exact is not None:
         # The engine's own timing of the symptomatic probes' requests: how much of their
         # first token they spent queued, exactly, rather than the engine-wide share.
@@ -138,14 +103,14 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence],
     else:
         assert e.queue_seconds is not None and total is not None
         share = e.queue_seconds / total
-        q = ctx.ev(QUEUE_SHARE, share, lab, th.queue_share)
-    if share > th.queue_share:
+        q = case.evidence(QUEUE_SHARE, share, lab, lines.queue_share)
+    if share > lines.queue_share:
         ev = [q]
         if e.waiting is not None:
-            ev.append(ctx.ev(metrics.ENGINE_REQUESTS_WAITING.name, e.waiting, lab, 0))
+            ev.append(case.evidence(metrics.ENGINE_REQUESTS_WAITING.name, e.waiting, lab, 0))
         if e.running is not None:
-            ev.append(ctx.ev(metrics.ENGINE_REQUESTS_RUNNING.name, e.running, lab,
-                             e.running_max))
+            ev.append(case.evidence(metrics.ENGINE_REQUESTS_RUNNING.name, e.running, lab,
+                                    e.running_max))
         what = ("of the linked probes' TTFT queued (the engine's own timing of them)"
                 if exact is not None else "of its time queueing")
         headline = (f"Engine {e.engine} spends {pct(share)} {what} "
@@ -157,8 +122,8 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence],
         elif queued:  # the queue is one rank's: the cause is the imbalance
             queued[0].evidence.extend(ev)
         else:
-            add("queueing", headline, ev, strength(share, th.queue_share),
-                own=capacity or st.own)
+            add(QUEUEING, headline, ev, strength(share, lines.queue_share),
+                over_line=capacity or st.own)
         return out
     cleared.append(q)
     if not known:  # not queueing, exactly; prefill and decode need the engine's numbers
@@ -170,25 +135,25 @@ def _findings(ctx: Context, st: EngineState, cleared: list[Evidence],
     # engine's own TTFT / ITL say whether it is over the line.
     n = e.requests
     if st.slow_first:
-        ev = [ctx.ev(PER_REQUEST.format(metrics.ENGINE_PREFILL_TIME.name),
-                     e.prefill_seconds / n, lab)]
+        ev = [case.evidence(PER_REQUEST.format(metrics.ENGINE_PREFILL_TIME.name),
+                            e.prefill_seconds / n, lab)]
         coarse = ""
         if e.ttft_p95 is not None:
-            ev.append(ctx.ev(metrics.ENGINE_TTFT.name, e.ttft_p95, lab, st.slo_ttft,
-                             grid=e.ttft_buckets))
+            ev.append(case.evidence(metrics.ENGINE_TTFT.name, e.ttft_p95, lab, st.slo_ttft,
+                                    grid=e.ttft_buckets))
             coarse = resolution(e.ttft_p95, e.ttft_buckets, st.slo_ttft, "TTFT SLO")
-        add("slow_prefill", f"Engine {e.engine}'s prefill takes {secs(e.prefill_seconds / n)} "
+        add(SLOW_PREFILL, f"Engine {e.engine}'s prefill takes {secs(e.prefill_seconds / n)} "
             f"per request with little queueing ({pct(share)}){coarse}", ev,
             strength(e.ttft_p95 or st.slo_ttft, st.slo_ttft, 0.6))
     if st.slow_decode:
-        ev = [ctx.ev(PER_REQUEST.format(metrics.ENGINE_DECODE_TIME.name),
-                     e.decode_seconds / n, lab)]
+        ev = [case.evidence(PER_REQUEST.format(metrics.ENGINE_DECODE_TIME.name),
+                            e.decode_seconds / n, lab)]
         coarse = ""
         if e.itl_p95 is not None:
-            ev.append(ctx.ev(metrics.ENGINE_ITL.name, e.itl_p95, lab, st.slo_tpot,
-                             grid=e.itl_buckets))
+            ev.append(case.evidence(metrics.ENGINE_ITL.name, e.itl_p95, lab, st.slo_tpot,
+                                    grid=e.itl_buckets))
             coarse = resolution(e.itl_p95, e.itl_buckets, st.slo_tpot, "TPOT SLO")
-        add("slow_decode", f"Engine {e.engine} decodes slowly: inter-token P95 "
+        add(SLOW_DECODE, f"Engine {e.engine} decodes slowly: inter-token P95 "
             f"{secs(e.itl_p95 or 0)} (SLO {secs(st.slo_tpot)}), decode "
             f"{secs(e.decode_seconds / n)} per request{coarse}", ev,
             strength(e.itl_p95 or st.slo_tpot, st.slo_tpot, 0.6))
@@ -206,23 +171,24 @@ def peers(by_rank: Mapping[tuple[str, str], float]) -> dict[tuple[str, str], flo
     return out
 
 
-def imbalance(ctx: Context, st: EngineState) -> list[Finding]:
+def imbalance(case: Case, st: EngineState) -> list[Finding]:
     """One finding per data-parallel rank whose mean queue or KV-cache usage is far above
     the mean of its model's other ranks: LLMEngineImbalance's condition. The others' mean,
     not their median: the alert computes the same number, and PromQL has no median of the
     other series; with two ranks, the commonest data-parallel size, they are one number."""
-    th, e = ctx.th, st.engine
+    lines, e = case.thresholds, st.engine
     waiting, kv = metrics.ENGINE_REQUESTS_WAITING.name, metrics.ENGINE_KV_CACHE_USAGE.name
     found: dict[str, Finding] = {}
     for by_rank, metric in ((e.waiting_by_rank, waiting), (e.kv_by_rank, kv)):
         for (model, rank), peer in sorted(peers(by_rank).items()):
             value = by_rank[(model, rank)]
-            line = (max(th.imbalance_min_waiting, th.imbalance_ratio * peer) if metric == waiting
-                    else peer + th.imbalance_kv_gap)
+            line = (max(lines.imbalance_min_waiting, lines.imbalance_ratio * peer)
+                    if metric == waiting else peer + lines.imbalance_kv_gap)
             if value < line:
                 continue
             labels = {"engine": e.engine, "target": e.target, "model": model, "dp_rank": rank}
-            ev = [ctx.ev(metric, value, labels, line), ctx.ev(PEERS.format(metric), peer, labels)]
+            ev = [case.evidence(metric, value, labels, line),
+                  case.evidence(PEERS.format(metric), peer, labels)]
             what = (f"{value:.3g} requests waiting on average against {peer:.3g} on its peers"
                     if metric == waiting else
                     f"its KV cache {pct(value)} used against {pct(peer)} on its peers")
@@ -234,14 +200,13 @@ def imbalance(ctx: Context, st: EngineState) -> list[Finding]:
                 continue
             scope = {"engine": e.engine, "site": e.site, "dp_rank": rank}
             found[rank] = Finding(
-                "engine", "imbalance", scope,
+                IMBALANCE, scope,
                 f"Engine {e.engine}'s data-parallel rank {rank} ({model}) has {what}", ev,
-                strength(value, line), EXPLAINS["imbalance"], st.probes,
-                unobserved=not st.probes, own=True, fails=FAILS["imbalance"])
+                strength(value, line), st.probes, Standing.OVER_LINE)
     return list(found.values())
 
 
-def _exact_queue(ctx: Context, st: EngineState, lab: dict[str, str]
+def _exact_queue(case: Case, st: EngineState, lab: dict[str, str]
                  ) -> tuple[float, Evidence] | None:
     """The largest queue share of the TTFT among the linked symptomatic probes the engine
     timed exactly (``split=exact`` on the evidence); None where none was."""
@@ -250,43 +215,40 @@ def _exact_queue(ctx: Context, st: EngineState, lab: dict[str, str]
     if not shares:
         return None
     share, probe = max((v, name) for v, name in shares if v is not None)
-    return share, ctx.ev(EXACT_QUEUE_SHARE, share, {
+    return share, case.evidence(EXACT_QUEUE_SHARE, share, {
         **lab, "probe": probe, "part": metrics.ServerPart.QUEUE.value,
-        "split": metrics.ServerSplit.EXACT.value}, ctx.th.queue_share)
+        "split": metrics.ServerSplit.EXACT.value}, case.thresholds.queue_share)
 
 
-def serving(ctx: Context, e: EngineWindow) -> bool:
+def serving(case: Case, e: EngineWindow) -> bool:
     """Linked probes get answers: the engine serves even where its metrics do not answer,
     so a failing engine check is missing data, not an engine down."""
-    mine = [p for p in ctx.obs.probes if e in ctx.engines_of(p)
-            and p.requests >= ctx.th.min_requests]
-    return bool(mine) and all(failures(p) / p.requests <= ctx.th.failure_ratio for p in mine)
+    mine = [p for p in case.obs.probes if e in case.engines_of(p)
+            and p.requests >= case.thresholds.min_requests]
+    return bool(mine) and all(failures(p) / p.requests <= case.thresholds.failure_ratio
+                              for p in mine)
 
 
-def evaluate(ctx: Context, sick: list[ProbeSymptoms]
-             ) -> tuple[Step, list[Finding], list[EngineState], list[str]]:
-    """The step, its findings, the engines it could judge, and those it could not."""
+def evaluate(case: Case) -> Outcome:
+    """Leaves the engines it could judge (``case.engines``) and those it could not
+    (``case.unobservable``)."""
     findings: list[Finding] = []
     cleared: list[Evidence] = []
-    states: list[EngineState] = []
-    missing: list[str] = []
-    decided = False
-    for e in ctx.obs.engines:
+    for e in case.obs.engines:
         lab = {"engine": e.engine, "target": e.target}
-        if e.up is None or (e.up is not False and ctx.failing("engine", e.engine)) or (
-                e.up is False and serving(ctx, e)):
+        if e.up is None or (e.up is not False and case.failing("engine", e.engine)) or (
+                e.up is False and serving(case, e)):
             # No numbers of this engine in the window: nothing to decide from.
-            missing.append(e.engine)
+            case.unobservable.append(e.engine)
             if e.up is False:
-                cleared.append(ctx.ev(metrics.ENGINE_UP.name, 0, lab, 1))
+                cleared.append(case.evidence(metrics.ENGINE_UP.name, 0, lab, 1))
             continue
-        st = state(ctx, e, sick)
-        ranks = imbalance(ctx, st) if e.up else []
-        found = _findings(ctx, st, cleared, ranks)
+        st = state(case, e)
+        ranks = imbalance(case, st) if e.up else []
+        found = _findings(case, st, cleared, ranks)
         if found is None and not ranks:
-            missing.append(e.engine)
+            case.unobservable.append(e.engine)
             continue
-        decided = True
-        states.append(st)
+        case.engines.append(st)
         findings.extend((*(found or ()), *ranks))
-    return conclude("engine", findings, cleared, decided), findings, states, missing
+    return Outcome.of("engine", findings, cleared, bool(case.engines))

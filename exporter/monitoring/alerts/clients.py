@@ -7,14 +7,13 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.metrics import names
 from exporter.metrics.names import CARRIER, RATE
-from exporter.monitoring import findings
 from exporter.monitoring.promql import VALUE_PERCENT, lbl, num, pct
 from exporter.monitoring.rule import Alert
 
 
 def clients_alerts(config: Config) -> list[Alert]:
-    loss = findings.threshold("LLMClientsRetransmissionHigh", config)
-    least = findings.threshold("LLMClientsRetransmissionHigh", config, 1)
+    loss = config.slo.loss_ratio
+    least = config.alerting.clients_min_segments
     sent = metrics.CLIENTS_SEGMENTS_SENT.name
     return [
         Alert(

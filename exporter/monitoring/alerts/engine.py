@@ -8,7 +8,6 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.metrics import names
 from exporter.metrics.names import MODEL, RATE
-from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     MODEL_TEXT,
     VALUE_NUMBER,
@@ -47,7 +46,8 @@ def others_mean(gauge: str) -> str:
 def imbalance_alerts(config: Config) -> list[Alert]:
     """One rank's queue, or KV cache, far above the mean of its model's other ranks: the
     chain's engine/imbalance (exporter/diagnosis/steps/engine.py), with its thresholds."""
-    ratio, floor, gap = (findings.threshold("LLMEngineImbalance", config, i) for i in range(3))
+    a = config.alerting
+    ratio, floor, gap = a.imbalance_ratio, a.imbalance_min_waiting, a.imbalance_kv_gap
     waiting = metrics.ENGINE_REQUESTS_WAITING.name
     kv = metrics.ENGINE_KV_CACHE_USAGE.name
     summary = "One data-parallel rank of an engine is far busier than its peers."
@@ -107,9 +107,9 @@ def engine_alerts(config: Config) -> list[Alert]:
                 {"engine_target": engine.name},
             )
         )
-    queue_share = findings.threshold("LLMEngineCapacityBound", config)
-    ttft_slo, tpot_slo = (findings.threshold("LLMEngineComputeBound", config, i) for i in (0, 1))
-    kv_full = findings.threshold("LLMEngineKVCacheSaturated", config)
+    queue_share = config.alerting.queue_share_ratio
+    ttft_slo, tpot_slo = config.slo.ttft_p95_seconds, config.slo.tpot_p95_seconds
+    kv_full = config.alerting.kv_cache_usage_ratio
     ttft_p95 = names.ENGINE_TTFT.p95
     itl_p95 = names.ENGINE_ITL.p95
     kv = metrics.ENGINE_KV_CACHE_USAGE.name

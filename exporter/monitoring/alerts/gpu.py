@@ -5,7 +5,6 @@ from __future__ import annotations
 from exporter import metrics
 from exporter.config.models import Config
 from exporter.metrics.names import alternation
-from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     GPU_TEXT,
     VALUE_NUMBER,
@@ -18,8 +17,8 @@ from exporter.monitoring.rule import Alert
 
 
 def gpu_alerts(config: Config) -> list[Alert]:
-    memory = findings.threshold("LLMGPUMemoryNearFull", config)
-    reasons, share = (findings.threshold("LLMGPUThrottled", config, i) for i in (0, 1))
+    memory = config.alerting.gpu_memory_ratio
+    reasons, share = config.alerting.throttle_reasons, config.alerting.throttle_share
     events = metrics.GPU_CLOCK_EVENT.name
     xid = metrics.GPU_XID_ERRORS.name
     return [

@@ -6,7 +6,6 @@ from exporter import metrics
 from exporter.config.models import Config
 from exporter.metrics import names
 from exporter.metrics.names import PATH, RATE, ROUTE, prom_duration
-from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     PATH_TEXT,
     VALUE_NUMBER,
@@ -22,8 +21,8 @@ from exporter.monitoring.rule import Alert
 
 
 def path_alerts(config: Config) -> list[Alert]:
-    loss = findings.threshold("LLMPathPacketLoss", config)
-    jitter_max = findings.threshold("LLMPathJitterHigh", config)
+    loss = config.slo.loss_ratio
+    jitter_max = config.slo.jitter_seconds
     jitter = metrics.PATH_JITTER.name
     info = metrics.PATH_ROUTE_INFO.name
     lookback = prom_duration(config.alerting.route_lookback)

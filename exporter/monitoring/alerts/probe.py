@@ -7,7 +7,6 @@ from exporter import metrics
 from exporter.config.models import Config, ProbeConfig
 from exporter.metrics import names
 from exporter.metrics.names import PROBE, RATE, alternation, prom_duration
-from exporter.monitoring import findings
 from exporter.monitoring.promql import (
     PROBE_TEXT,
     VALUE_PERCENT,
@@ -53,7 +52,7 @@ def stale_after(config: Config) -> float:
 def _stream_loss(config: Config) -> Alert:
     """The probe's own stream lost packets (TCP_INFO): retransmitted / sent, or out of
     order / received, over the loss SLO; the chain's network step decides the same."""
-    loss = findings.threshold("LLMProbeStreamPacketLoss", config)
+    loss = config.slo.loss_ratio
 
     def share(part: metrics.TcpSegments, whole: metrics.TcpSegments) -> str:
         return paren(segments_share(PROBE, part, whole))
@@ -92,7 +91,7 @@ def probe_alerts(config: Config) -> list[Alert]:
                     {"slo": human_seconds(threshold)},
                 )
             )
-    failure = findings.threshold("LLMProbeFailureRatioHigh", config)
+    failure = config.slo.probe_failure_ratio
     alerts.append(
         Alert(
             "LLMProbeFailureRatioHigh",
@@ -105,7 +104,7 @@ def probe_alerts(config: Config) -> list[Alert]:
             "10m",
         )
     )
-    stall = findings.threshold("LLMProbeStreamStalls", config)
+    stall = config.alerting.stall_seconds
     alerts.append(
         Alert(
             "LLMProbeStreamStalls",

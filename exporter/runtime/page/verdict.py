@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.diagnosis.result import StepResult
 from exporter.runtime.page.fmt import esc as _e
 from exporter.runtime.page.fmt import number as _num
 
@@ -73,7 +74,7 @@ def verdict_html(doc: dict[str, Any] | None) -> str:
                 f"<li>{_e(s.get('layer'))} / {_e(s.get('cause'))}: {_e(s.get('summary'))}</li>"
                 for s in verdicts[1:]
             ) + "</ul>")
-    cleared = [s for s in doc.get("steps") or [] if s.get("result") == "ruled_out"]
+    cleared = [s for s in doc.get("steps") or [] if s.get("result") == StepResult.RULED_OUT]
     if cleared:
         parts.append("<h3>Ruled out</h3><ul>" + "".join(
             f"<li>{_e(s.get('step'))}"
@@ -84,7 +85,8 @@ def verdict_html(doc: dict[str, Any] | None) -> str:
             + "</li>"
             for s in cleared
         ) + "</ul>")
-    unknown = [str(s.get("step")) for s in doc.get("steps") or [] if s.get("result") == "no_data"]
+    unknown = [str(s.get("step")) for s in doc.get("steps") or []
+               if s.get("result") == StepResult.NO_DATA]
     if unknown:
         parts.append(f"<p>No data for: {_e(', '.join(unknown))}</p>")
     return "".join(parts)

@@ -26,7 +26,8 @@ from exporter import metrics
 from exporter.checks.path.routes import RouteTable, load_table
 from exporter.config.values import Duration, Ratio, StrictModel
 from exporter.config.yamlfile import ConfigError, compose_named, validate
-from exporter.diagnosis.result import CAUSES, SCOPE_KEYS
+from exporter.diagnosis.causes import NAMES
+from exporter.diagnosis.result import SCOPE_KEYS
 from tests.support.vllm_server import MAX_MODEL_LEN
 
 #: The lab's carriers, in the order their namespaces and addresses are made.
@@ -236,11 +237,11 @@ class Expected(StrictModel):
 
     @model_validator(mode="after")
     def _vocabulary(self) -> Expected:
-        if self.layer not in CAUSES:
-            raise ValueError(f"unknown layer {self.layer!r} (known: {', '.join(CAUSES)})")
-        if self.cause not in CAUSES[self.layer]:
+        if self.layer not in NAMES:
+            raise ValueError(f"unknown layer {self.layer!r} (known: {', '.join(NAMES)})")
+        if self.cause not in NAMES[self.layer]:
             raise ValueError(f"unknown cause {self.cause!r} for layer {self.layer} "
-                             f"(known: {', '.join(CAUSES[self.layer])})")
+                             f"(known: {', '.join(NAMES[self.layer])})")
         extra = set(self.scope) - set(SCOPE_KEYS)
         if extra:
             raise ValueError(f"unknown scope keys {sorted(extra)} (known: {', '.join(SCOPE_KEYS)})")

@@ -155,6 +155,15 @@ def test_every_field_is_declared_once() -> None:
         assert set(fields) == {f.name for f in dataclasses.fields(window)} - identity - named
 
 
+def test_the_recorded_fleet_gives_every_sample_a_declaration_reads() -> None:
+    """The samples the history keeps are derived from the declarations (families.py): a new
+    observation over a sample the recorded fleet lacks fails here, by name, before the
+    comparison above finds no value for it."""
+    given = {name for _, samples in recorded.ticks(0.0) for name, _, _ in samples}
+    missing = set(families.KINDS) - given - {families.ALIGNMENT}
+    assert not missing, f"tests/support/recorded.py gives no {sorted(missing)}"
+
+
 def test_the_embedded_history_keeps_every_sample_a_declaration_reads() -> None:
     """A row over a family the history does not keep would be absent from the exporter
     alone: the window families hold every sample, the coarse ones every baseline's."""

@@ -14,6 +14,7 @@ engine, ...) followed by the leaf's ``by`` labels; a key no series gives is abse
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -317,12 +318,33 @@ def count(values: Mapping[tuple[str, ...], float], config: Config) -> int:
 @dataclass(frozen=True)
 class Observable:
     """One field of a window (``observations.py``), declared: its kind, its expression,
-    and how its values for one key become the field's value."""
+    and how its values for one key become the field's value; ``trend``: the ``/`` page
+    draws it over the last hour, so the coarse history keeps what it reads."""
 
     field: str
     kind: WindowKey
     expr: Expr
     finish: Finish = scalar
+    trend: bool = False
+
+
+_DECLARED = "observable"
+
+
+def measured(kind: WindowKey, expr: Expr, finish: Finish = scalar, *, default: Any = None,
+             factory: Callable[[], Any] | None = None, trend: bool = False) -> Any:
+    """A window field declared beside its type: what both sources compute for it. The
+    field's default (``default``, or ``factory()``) is its value where no series gives one."""
+    meta = {_DECLARED: (kind, expr, finish, trend)}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def table(window: type) -> tuple[Observable, ...]:
+    """The declared fields of a window class, in their order."""
+    return tuple(Observable(f.name, *f.metadata[_DECLARED]) for f in dataclasses.fields(window)
+                 if _DECLARED in f.metadata)
 
 
 Prepared = dict[str, dict[tuple[str, ...], dict[tuple[str, ...], float]]]

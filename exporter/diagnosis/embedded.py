@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from exporter import metrics
 from exporter.config.models import Config, ProbeConfig
-from exporter.diagnosis import declare, observables, stats
+from exporter.diagnosis import declare, finish, observables, rows, stats
 from exporter.diagnosis.alignment import probe_windows
 from exporter.diagnosis.declare import (
     Evaluation,
@@ -39,8 +39,6 @@ from exporter.diagnosis.declare import (
 )
 from exporter.diagnosis.observations import (
     ClientWindow,
-    EngineWindow,
-    GpuWindow,
     Observations,
     PathWindow,
     ProbeWindow,
@@ -226,32 +224,18 @@ def evaluate(table: tuple[declare.Observable, ...], ctx: Evaluation) -> declare.
 # --- the windows of the config ------------------------------------------------------------
 def _probe(cfg: ProbeConfig, config: Config, got: declare.Prepared) -> ProbeWindow:
     found = next((k for f in got.values() for k in f if k[0] == cfg.name), None)
-    labels = dict(zip(declare.PROBE.key, found, strict=True)) if found else {
+    labels = rows.labels_of(declare.PROBE, found) if found else {
         "probe": cfg.name, "target": urlsplit(cfg.url).netloc, "profile": cfg.profile,
         "carrier": cfg.carrier or "", "engine_target": cfg.engine or ""}
-    fields = declare.fill(observables.PROBE_TABLE, got, labels, config)
-    return ProbeWindow(
-        probe=cfg.name, target=labels["target"], profile=cfg.profile,
-        carrier=cfg.carrier or "", engine=cfg.engine or "",
-        requests=sum(fields["outcomes"].values()), **fields,
-        slo_ttft=cfg.slo.ttft_p95_seconds or config.slo.ttft_p95_seconds,
-        slo_tpot=cfg.slo.tpot_p95_seconds or config.slo.tpot_p95_seconds,
-        timeout_total=cfg.timeouts.total,
-    )
+    return rows.probe(labels, got, cfg, config)
 
 
 def _paths(config: Config, got: declare.Prepared) -> list[PathWindow]:
-    out: list[PathWindow] = []
     if config.paths is None:
-        return out
-    for carrier, targets in config.paths.carriers.items():
-        for t in targets:
-            labels = dict(zip(declare.PATH.key[:4], (carrier, t.name, t.region, t.protocol),
-                              strict=True))
-            fields = declare.fill(observables.PATH_TABLE, got, labels, config)
-            out.append(PathWindow(carrier=carrier, target=t.name, region=t.region,
-                                  protocol=t.protocol, **fields))
-    return out
+        return []
+    return [rows.path({"carrier": carrier, "target": t.name, "region": t.region,
+                       "protocol": t.protocol}, got, config)
+            for carrier, targets in config.paths.carriers.items() for t in targets]
 
 
 def _clients(config: Config, got: declare.Prepared) -> list[ClientWindow]:
@@ -260,29 +244,15 @@ def _clients(config: Config, got: declare.Prepared) -> list[ClientWindow]:
     if config.clients is None:
         return []
     found = {k[0] for k in declare.keys(got, "sent", "connections")}
-    out = []
-    for carrier in (*config.clients.carriers, metrics.CLIENTS_OTHER_CARRIER):
-        if carrier in found:
-            fields = declare.fill(observables.CLIENTS_TABLE, got, {"carrier": carrier}, config)
-            out.append(ClientWindow(carrier=carrier, **fields))
-    return out
-
-
-def _gpus(config: Config, got: declare.Prepared) -> list[GpuWindow]:
-    found = declare.keys(got, "utilization", "memory_used_ratio")
-    out = []
-    gpu = declare.GPU.key.index("gpu")
-    for k in sorted(found, key=lambda k: (len(k[gpu]), k[gpu])):
-        labels = dict(zip(declare.GPU.key, k, strict=True))
-        fields = declare.fill(observables.GPU_TABLE, got, labels, config)
-        out.append(GpuWindow(gpu=labels["gpu"], name=labels["name"], **fields))
-    return out
+    return [rows.client({"carrier": carrier}, got, config)
+            for carrier in (*config.clients.carriers, metrics.CLIENTS_OTHER_CARRIER)
+            if carrier in found]
 
 
 def failing_checks(w: Window, got: declare.Prepared) -> tuple[str, ...]:
     """Checks that did not once succeed in the window but failed in it, or never ran while
     the window was full: what the chain cannot decide from (``exporter/no_data``)."""
-    failing = {k[0] for k, runs in got["check_runs"].items() if observables.failing(runs)}
+    failing = {k[0] for k, runs in got["check_runs"].items() if finish.failing(runs)}
     if w.span >= w.seconds:
         totals = _group(w.gauge(declare.CHECK.presence), declare.CHECK.key, ())
         failing |= {k[0] for k, n in totals.items() if n == 0}
@@ -322,10 +292,8 @@ def observe_window(
         source="exporter",
         probes=tuple(_probe(p, config, probe_values(p.name)) for p in config.probes),
         paths=tuple(_paths(config, evaluate(observables.PATH_TABLE, ctx))),
-        engines=tuple(EngineWindow(engine=e.name, target=e.name, **declare.fill(
-            observables.ENGINE_TABLE, engines, {"target": e.name}, config))
-            for e in config.engines),
-        gpus=tuple(_gpus(config, evaluate(observables.GPU_TABLE, ctx))),
+        engines=tuple(rows.engine({"target": e.name}, engines, config) for e in config.engines),
+        gpus=tuple(rows.gpus(evaluate(observables.GPU_TABLE, ctx), config)),
         clients=tuple(_clients(config, evaluate(observables.CLIENTS_TABLE, ctx))),
         failing_checks=failing_checks(w, evaluate(observables.CHECK_TABLE, ctx)),
     )

@@ -1,83 +1,25 @@
-"""Which of the exporter's families the embedded source keeps, and how each is stored: the
-fine windows take ``WINDOW_FAMILIES``, the coarse history ``COARSE_FAMILIES``; counters and
-histograms are monotonic (stored reset-corrected), gauges as they are."""
+"""Which of the exporter's samples the embedded history keeps, derived from the declarations:
+the fine windows keep every sample a declaration reads (``KINDS``), the coarse history
+(once a minute, for ``diagnosis.history``) those read over a baseline, over the whole
+history, or by a field the ``/`` page draws over the last hour (``COARSE_SAMPLES``). A new
+observation is kept without a line here. Counters and histograms are stored monotonic
+(reset-corrected), gauges as they are."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from exporter import metrics
+from exporter.diagnosis import declare
+from exporter.diagnosis.observables import TABLES
 
 #: (sample name, labels, value) as a registry's collect() yields them.
 RawSample = tuple[str, Mapping[str, str], float]
 
-WINDOW_FAMILIES: tuple[metrics.Family, ...] = (
-    metrics.EXPORTER_CHECK_RUNS,
-    # When each engine was last scraped: what a linked probe is aligned to (alignment.py).
-    metrics.EXPORTER_CHECK_LAST_SUCCESS,
-    metrics.EXPORTER_PEAK_WINDOW,
-    metrics.PROBE_REQUESTS,
-    metrics.PROBE_TTFT,
-    metrics.PROBE_TPOT,
-    metrics.PROBE_ITL,
-    metrics.PROBE_STALL,
-    metrics.PROBE_PHASE,
-    metrics.PROBE_PROMPT_TOKENS,
-    metrics.PROBE_SERVER_TIMING,
-    metrics.PROBE_SERVER_SPLIT,
-    metrics.PROBE_TCP_SEGMENTS,
-    metrics.ENGINE_UP,
-    metrics.ENGINE_REQUESTS_RUNNING,
-    metrics.ENGINE_REQUESTS_WAITING,
-    metrics.ENGINE_KV_CACHE_USAGE,
-    metrics.ENGINE_TTFT,
-    metrics.ENGINE_ITL,
-    metrics.ENGINE_E2E,
-    metrics.ENGINE_QUEUE_TIME,
-    metrics.ENGINE_PREFILL_TIME,
-    metrics.ENGINE_DECODE_TIME,
-    metrics.ENGINE_PROMPT_TOKENS,
-    metrics.ENGINE_PREEMPTIONS,
-    metrics.ENGINE_REQUESTS_FINISHED,
-    metrics.ENGINE_QUEUE_DURATION,
-    metrics.ENGINE_COMPUTE_DURATION,
-    metrics.ENGINE_REQUESTS_SUCCEEDED,
-    metrics.PATH_PACKETS_SENT,
-    metrics.PATH_PACKETS_RECEIVED,
-    metrics.PATH_RTT,
-    metrics.PATH_JITTER,
-    metrics.PATH_ROUTE_INFO,
-    metrics.PATH_ROUTE_CHANGES,
-    metrics.GPU_UTILIZATION,
-    metrics.GPU_MEMORY_USED,
-    metrics.GPU_MEMORY_TOTAL,
-    metrics.GPU_CLOCK_EVENT,
-    metrics.GPU_XID_ERRORS,
-    metrics.GPU_DRAM_BANDWIDTH_UTILIZATION,
-    metrics.CLIENTS_CONNECTIONS,
-    metrics.CLIENTS_SEGMENTS_SENT,
-    metrics.CLIENTS_SEGMENTS_RETRANSMITTED,
-    metrics.CLIENTS_RTT,
-)
-#: What baselines (off-peak statistics), history-long maxima and the `/` page's last-hour
-#: sparklines (``trends.py``) read: kept once a minute for ``diagnosis.history``.
-#: Histograms other than the probes' TTFT/TPOT keep only what a mean needs; a gauge keeps
-#: its highest value since the previous coarse snapshot, so a batch size or route class
-#: held between two of them is not lost.
-COARSE_FAMILIES: tuple[metrics.Family, ...] = (
-    metrics.PROBE_REQUESTS, metrics.PROBE_TTFT, metrics.PROBE_TPOT, metrics.PROBE_PROMPT_TOKENS,
-    metrics.ENGINE_REQUESTS_RUNNING, metrics.ENGINE_REQUESTS_WAITING,
-    metrics.ENGINE_KV_CACHE_USAGE, metrics.ENGINE_PROMPT_TOKENS, metrics.ENGINE_REQUESTS_FINISHED,
-    metrics.ENGINE_E2E, metrics.ENGINE_REQUESTS_SUCCEEDED, metrics.ENGINE_QUEUE_TIME,
-    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME, metrics.ENGINE_QUEUE_DURATION,
-    metrics.PATH_PACKETS_SENT, metrics.PATH_PACKETS_RECEIVED, metrics.PATH_RTT,
-    metrics.PATH_JITTER, metrics.PATH_ROUTE_INFO,
-    metrics.GPU_UTILIZATION, metrics.GPU_DRAM_BANDWIDTH_UTILIZATION, metrics.GPU_CLOCK_EVENT,
-    metrics.CLIENTS_SEGMENTS_SENT, metrics.CLIENTS_SEGMENTS_RETRANSMITTED, metrics.CLIENTS_RTT,
-)
-#: Histograms whose coarse snapshots keep ``_sum`` and ``_count`` but no buckets.
-COARSE_MEAN_ONLY = (metrics.ENGINE_E2E, metrics.PATH_RTT, metrics.ENGINE_QUEUE_TIME,
-                    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME, metrics.CLIENTS_RTT)
+#: Read by the history itself, not by a declaration: whether each snapshot is in a peak
+#: window, and when each engine was last scraped (what a probe is aligned to, alignment.py).
+PEAK = metrics.EXPORTER_PEAK_WINDOW.name
+ALIGNMENT = metrics.EXPORTER_CHECK_LAST_SUCCESS.name
 
 
 def sample_names(family: metrics.Family) -> tuple[str, ...]:
@@ -86,33 +28,59 @@ def sample_names(family: metrics.Family) -> tuple[str, ...]:
     return (family.name,)
 
 
-def _monotonic(family: metrics.Family) -> bool:
-    return family.kind is not metrics.Kind.GAUGE
+#: sample name -> its family, over the whole schema.
+FAMILY_OF: dict[str, metrics.Family] = {
+    name: f for f in metrics.SCHEMA.values() for name in sample_names(f)}
 
 
-#: Histograms no window reads the buckets of: the chain reads the path RTT's mean only, and
-#: at 1000 path targets its buckets would be 27k of every snapshot's values (> MAX_VALUES).
-#: The exact split's parts likewise: the chain reads their sums (shares of the TTFT).
-MEAN_ONLY = (metrics.PATH_RTT, metrics.PROBE_SERVER_TIMING)
-#: sample name -> (monotonic, counts from zero on first appearance)
+def _samples(leaf: declare.Leaf, kind: declare.WindowKey) -> Iterator[str]:
+    """The samples one leaf reads."""
+    if isinstance(leaf, declare.Quantile | declare.Grid):
+        yield f"{leaf.family.name}_bucket"
+    elif isinstance(leaf, declare.PeakRatio):
+        yield from (leaf.num, leaf.den)
+    elif isinstance(leaf, declare.InPeak):
+        yield kind.presence
+    elif isinstance(leaf, declare.Increase | declare.MeanOverTime | declare.MaxOverTime
+                    | declare.Last | declare.Seen):
+        yield leaf.sample
+    # A recorded series is the Prometheus source's alone.
+
+
+def _history_long(leaf: declare.Leaf) -> bool:
+    """Read over the whole history kept, not the window."""
+    return isinstance(leaf, declare.PeakRatio | declare.Seen) or (
+        isinstance(leaf, declare.MaxOverTime) and leaf.history)
+
+
+def _read() -> tuple[set[str], set[str]]:
+    """(every sample a declaration reads, those the coarse history must keep)."""
+    fine, coarse = {PEAK, ALIGNMENT}, set()
+    for table in TABLES:
+        for o in table:
+            # A window's presence: what a baseline's coverage and a never-run check count.
+            fine.add(o.kind.presence)
+            for leaf, base in declare.in_baseline(o.expr):
+                names = set(_samples(leaf, o.kind))
+                fine |= names
+                if base or o.trend or _history_long(leaf):
+                    coarse |= names
+    return fine, coarse
+
+
+_FINE, _COARSE = _read()
+#: sample name -> (monotonic, counts from zero on first appearance: an engine's counters
+#: started before the exporter, so only the exporter's own are born at zero).
 KINDS: dict[str, tuple[bool, bool]] = {
-    name: (_monotonic(f), f.section != "engine")
-    for f in WINDOW_FAMILIES
-    for name in sample_names(f)
-    if not (f in MEAN_ONLY and name.endswith("_bucket"))
-}
+    name: (FAMILY_OF[name].kind is not metrics.Kind.GAUGE, FAMILY_OF[name].section != "engine")
+    for name in sorted(_FINE)}
 #: The family names a registry's collect() yields (counters without ``_total``).
-COLLECTED: frozenset[str] = frozenset(f.base for f in WINDOW_FAMILIES)
-COARSE_SAMPLES: frozenset[str] = frozenset(
-    name
-    for f in COARSE_FAMILIES
-    for name in sample_names(f)
-    if not (f in COARSE_MEAN_ONLY and name.endswith("_bucket"))
-)
-PEAK = metrics.EXPORTER_PEAK_WINDOW.name
+COLLECTED: frozenset[str] = frozenset(FAMILY_OF[name].base for name in KINDS)
+COARSE_SAMPLES: frozenset[str] = frozenset(_COARSE)
+#: A gauge keeps its highest value since the previous coarse snapshot, so a batch size or
+#: route class held between two of them is not lost.
 COARSE_GAUGES: tuple[str, ...] = tuple(
-    f.name for f in COARSE_FAMILIES if f.kind is metrics.Kind.GAUGE
-)
+    name for name in sorted(_COARSE) if FAMILY_OF[name].kind is metrics.Kind.GAUGE)
 
 
 def raw_samples(families: Iterable[object]) -> list[RawSample]:

@@ -16,17 +16,13 @@ import datetime as dt
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from exporter.config.models import Config, ProbeConfig
-from exporter.diagnosis import declare, observables
+from exporter.config.models import Config
+from exporter.diagnosis import declare, finish, observables, rows
 from exporter.diagnosis import promqueries as pq
 from exporter.diagnosis.alignment import probe_time
 from exporter.diagnosis.declare import PROBE, Evaluation, Leaf, Values, WindowKey
 from exporter.diagnosis.observations import (
-    ClientWindow,
-    EngineWindow,
-    GpuWindow,
     Observations,
-    PathWindow,
     ProbeWindow,
 )
 from exporter.diagnosis.promapi import PromClient, PrometheusError, Sample
@@ -124,17 +120,22 @@ def observations(r: Results, config: Config, at: dt.datetime, window: float) -> 
                                        for o in table})
 
     checks = got(observables.CHECK_TABLE)["check_runs"]
+    paths, engines = got(observables.PATH_TABLE), got(observables.ENGINE_TABLE)
+    clients = got(observables.CLIENTS_TABLE)
     return Observations(
         at=at,
         window=window,
         source="prometheus",
         probes=tuple(_probes(got(observables.PROBE_TABLE), config)),
-        paths=tuple(_paths(got(observables.PATH_TABLE), config)),
-        engines=tuple(_engines(got(observables.ENGINE_TABLE), config)),
-        gpus=tuple(_gpus(got(observables.GPU_TABLE), config)),
-        clients=tuple(_clients(got(observables.CLIENTS_TABLE), config)),
+        paths=tuple(rows.path(labels, paths, config)
+                    for labels in rows.found(declare.PATH, paths, "sent", "rtt_mean")),
+        engines=tuple(rows.engine(labels, engines, config)
+                      for labels in rows.found(declare.ENGINE, engines, "up", "requests")),
+        gpus=tuple(rows.gpus(got(observables.GPU_TABLE), config)),
+        clients=tuple(rows.client(labels, clients, config)
+                      for labels in rows.found(declare.CLIENTS, clients, "sent", "connections")),
         failing_checks=tuple(sorted({k[0] for k, runs in checks.items()
-                                     if observables.failing(runs)} - {""})),
+                                     if finish.failing(runs)} - {""})),
     )
 
 
@@ -144,88 +145,7 @@ def observe(base_url: str, config: Config, at: dt.datetime, window: float,
     return PrometheusSource(PromClient(base_url, timeout), config).observe(at, window)
 
 
-def _probe_config(config: Config) -> dict[str, ProbeConfig]:
-    return {p.name: p for p in config.probes}
-
-
 def _probes(got: declare.Prepared, config: Config) -> list[ProbeWindow]:
-    probes = _probe_config(config)
-    out = []
-    for k in sorted(declare.keys(got, "outcomes", "ttft_p95", "tpot_p95")):
-        labels = dict(zip(declare.PROBE.key, k, strict=True))
-        fields = declare.fill(observables.PROBE_TABLE, got, labels, config)
-        probe = probes.get(labels["probe"])
-        slo = probe.slo if probe is not None else None
-        out.append(ProbeWindow(
-            probe=labels["probe"],
-            target=labels["target"],
-            profile=labels["profile"] or "short",
-            carrier=labels["carrier"],
-            engine=labels["engine_target"],
-            vantage=labels["vantage"],
-            site=labels["site"],
-            requests=sum(fields["outcomes"].values()),
-            **fields,
-            slo_ttft=(slo.ttft_p95_seconds if slo and slo.ttft_p95_seconds is not None
-                      else config.slo.ttft_p95_seconds),
-            slo_tpot=(slo.tpot_p95_seconds if slo and slo.tpot_p95_seconds is not None
-                      else config.slo.tpot_p95_seconds),
-            timeout_total=probe.timeouts.total if probe is not None else None,
-        ))
-    return out
-
-
-def _paths(got: declare.Prepared, config: Config) -> list[PathWindow]:
-    out = []
-    for k in sorted(declare.keys(got, "sent", "rtt_mean")):
-        labels = dict(zip(declare.PATH.key, k, strict=True))
-        out.append(PathWindow(
-            carrier=labels["carrier"],
-            target=labels["target"],
-            region=labels["region"],
-            protocol=labels["protocol"] or "icmp",
-            vantage=labels["vantage"],
-            site=labels["site"],
-            **declare.fill(observables.PATH_TABLE, got, labels, config),
-        ))
-    return out
-
-
-def _clients(got: declare.Prepared, config: Config) -> list[ClientWindow]:
-    out = []
-    for k in sorted(declare.keys(got, "sent", "connections")):
-        labels = dict(zip(declare.CLIENTS.key, k, strict=True))
-        out.append(ClientWindow(
-            carrier=labels["carrier"], vantage=labels["vantage"], site=labels["site"],
-            **declare.fill(observables.CLIENTS_TABLE, got, labels, config)))
-    return out
-
-
-def _engines(got: declare.Prepared, config: Config) -> list[EngineWindow]:
-    out = []
-    for k in sorted(declare.keys(got, "up", "requests")):
-        labels = dict(zip(declare.ENGINE.key, k, strict=True))
-        out.append(EngineWindow(engine=labels["target"], site=labels["site"],
-                                **declare.fill(observables.ENGINE_TABLE, got, labels, config)))
-    return out
-
-
-def _gpus(got: declare.Prepared, config: Config) -> list[GpuWindow]:
-    seen = sorted(declare.keys(got, "utilization", "memory_used_ratio", "clock_events"))
-    # An index names a GPU only within one server: qualify it where two servers of a site
-    # report the same one.
-    sites: dict[tuple[str, str], set[tuple[str, ...]]] = {}
-    for k in seen:
-        labels = dict(zip(declare.GPU.key, k, strict=True))
-        sites.setdefault((labels["site"], labels["gpu"]), set()).add(k)
-    out = []
-    for k in seen:
-        labels = dict(zip(declare.GPU.key, k, strict=True))
-        shared = len(sites[(labels["site"], labels["gpu"])]) > 1
-        out.append(GpuWindow(
-            gpu=f"{labels['instance']}/{labels['gpu']}" if shared else labels["gpu"],
-            name=labels["name"],
-            site=labels["site"],
-            **declare.fill(observables.GPU_TABLE, got, labels, config),
-        ))
-    return out
+    configs = rows.by_name(config.probes)
+    return [rows.probe(labels, got, configs.get(labels["probe"]), config)
+            for labels in rows.found(declare.PROBE, got, "outcomes", "ttft_p95", "tpot_p95")]

@@ -265,6 +265,8 @@ class History:
             if name == PEAK:
                 in_peak = in_peak or value == 1
                 continue
+            if name not in KINDS:
+                continue  # a sample no declaration reads (the runtime's store leaves these out)
             # collect() yields labels in the family's label order, so the items are a stable
             # cache key; sorting and parsing le once per series, not once per snapshot.
             raw = (name, tuple(labels.items()))

@@ -28,6 +28,7 @@ from dataclasses import replace
 from benchmarks.diagnosis_eval import faulted, median_ms
 from exporter import metrics
 from exporter.checks.base import Check
+from exporter.checks.batch import Batch
 from exporter.config.load import parse_config
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.observations import Observations
@@ -50,6 +51,9 @@ class Listed(Check):
 
     def describe(self) -> str:
         return f"chat http://10.0.0.{len(self.target)}:8000/v1/chat/completions model=m"
+
+    def batch(self) -> Batch:
+        return ()  # owns no series
 
 
 def moved(obs: Observations, i: int) -> Observations:

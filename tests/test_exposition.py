@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -166,10 +167,10 @@ def test_a_histogram_buckets_as_prometheus_client_does() -> None:
     registry = CollectorRegistry(auto_describe=False)
     theirs = PromHistogram("llm_path_rtt_seconds", metrics.PATH_RTT.help,
                            list(metrics.PATH_RTT.labels), buckets=bounds, registry=registry)
-    labels = ("c", "t", "r", "icmp")
+    labels = {"carrier": "c", "target": "t", "region": "r", "protocol": "icmp"}
     for v in (0.0, 0.005, 0.0050001, 0.05, 0.3, 0.5, 7.0):
         ours.histogram(metrics.PATH_RTT, labels, bounds).observe(v)
-        theirs.labels(*labels).observe(v)
+        theirs.labels(**labels).observe(v)
     store = Store()
     store.publish("x", ours.batch())
     assert parse(store.text(False).decode()) == parse(generate_latest(registry).decode())
@@ -177,9 +178,22 @@ def test_a_histogram_buckets_as_prometheus_client_does() -> None:
         ours.counter(metrics.PATH_PACKETS_SENT, labels).inc(-1)
 
 
+def test_a_ledger_takes_labels_by_name_and_keeps_the_familys_order() -> None:
+    own = Ledger()
+    named = {"reason": "timeout", "protocol": "icmp", "region": "r", "target": "t", "carrier": "c"}
+    own.counter(metrics.PATH_ERRORS, named).inc()
+    own.counter(metrics.PATH_ERRORS, dict(reversed(named.items()))).inc()  # the same series
+    assert own.batch() == ((metrics.PATH_ERRORS, ("c", "t", "r", "icmp", "timeout"), 2.0),)
+    missing = {k: v for k, v in named.items() if k != "reason"}
+    for wrong, names in ((missing, "['reason']"), ({**named, "extra": "x"}, "['extra']"),
+                         ({**missing, "why": "x"}, "['reason', 'why']")):
+        with pytest.raises(AssertionError, match=re.escape(f"path_errors_total: wrong labels {names}")):
+            own.remove(metrics.PATH_ERRORS, wrong)
+
+
 def _run_of(owner: str, n: float) -> Batch:
     own = Ledger()
-    labels = ("c", owner, "r", "icmp")
+    labels = {"carrier": "c", "target": owner, "region": "r", "protocol": "icmp"}
     own.counter(metrics.PATH_PACKETS_SENT, labels).inc(n)
     own.counter(metrics.PATH_PACKETS_RECEIVED, labels).inc(n)
     return own.batch()

@@ -18,6 +18,7 @@ import pytest
 from exporter import __version__, metrics
 from exporter import checks as checks_pkg
 from exporter.checks import Check
+from exporter.checks.batch import Batch
 from exporter.checks.gpu import check as gpu_check
 from exporter.checks.gpu.bandwidth import formula_peak_bandwidth, spec_peak_bandwidth
 from exporter.checks.gpu.check import GpuCheck, gpu_samples
@@ -582,6 +583,9 @@ class Counting(Check):
 
     async def run(self) -> None:
         self.runs += 1
+
+    def batch(self) -> Batch:
+        return ()  # owns no series
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 
 from exporter import metrics, redact
 from exporter.checks.base import Check
+from exporter.checks.batch import Batch
 from exporter.config.load import parse_config
 from exporter.diagnosis.families import RawSample
 from exporter.diagnosis.observations import ClientWindow, Observations, PathWindow, ProbeWindow
@@ -122,6 +123,9 @@ class Hostile(Check):
 
     def describe(self) -> str:
         return "http://user:hunter22@host/v1?key=topsecret <b>bold</b>"
+
+    def batch(self) -> Batch:
+        return ()  # owns no series
 
 
 def _view(diagnosis: dict[str, Any] | None, obs: Observations | None,

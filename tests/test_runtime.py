@@ -13,6 +13,7 @@ import pytest
 from exporter import checks as checks_pkg
 from exporter.checks import Check
 from exporter.checks.base import RunSkipped
+from exporter.checks.batch import Batch
 from exporter.config.load import parse_config
 from exporter.config.models import Config
 from exporter.runtime.app import App
@@ -30,6 +31,9 @@ class Counting(Check):
 
     async def run(self) -> None:
         self.started.append(time.monotonic())
+
+    def batch(self) -> Batch:
+        return ()  # owns no series
 
 
 class Raising(Counting):
@@ -60,6 +64,21 @@ def runs(text: str, check: str, outcome: str) -> float:
     return series(text, "llm_exporter_check_runs_total").get(
         (("check", check), ("outcome", outcome)), 0.0
     )
+
+
+def test_every_check_package_registers_and_runs_in_config_order() -> None:
+    order = list(Config.model_fields)
+    assert list(checks_pkg.FACTORIES) == ["engines", "probes", "paths", "gpu", "clients"]
+    assert list(checks_pkg.FACTORIES) == sorted(checks_pkg.FACTORIES, key=order.index)
+
+
+def test_a_check_without_batch_cannot_be_built() -> None:
+    class Forgetful(Check):
+        async def run(self) -> None:
+            return None
+
+    with pytest.raises(TypeError, match="abstract method batch"):
+        Forgetful("x", 1.0, 1.0)  # type: ignore[abstract]
 
 
 @pytest.fixture

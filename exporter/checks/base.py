@@ -3,14 +3,21 @@
 A check's ``run()`` measures, updates the state it keeps, returns nothing and raises on
 failure; when a run ends, whatever its outcome, the scheduler takes the check's ``batch()``
 (every series it owns now, ``exporter/checks/batch.py``) and records outcome and duration
-(node_exporter's ``Update(ch)`` contract). A check never renders or registers metrics: the
-runtime does. Anything that blocks runs in a worker thread, never on the event loop.
+(node_exporter's ``Update(ch)`` contract). Both are abstract: a batch replaces all the
+check published, so a check that forgot ``batch()`` would not fail, it would silently
+publish nothing; it cannot be built instead. A check that owns no series says so by
+returning ``()``. A check never renders or registers metrics: the runtime does. Anything
+that blocks runs in a worker thread, never on the event loop.
+
+A check package declares itself to the registry (``exporter/checks/__init__.py``) with one
+``Registration`` in its ``check`` module, typed, so the registry reads no untyped attribute.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from exporter.checks.batch import Batch
 from exporter.config.models import Config
@@ -42,11 +49,11 @@ class Check(ABC):
         """One line for check-config and the index page (no secrets)."""
         return ""
 
+    @abstractmethod
     def batch(self) -> Batch:
         """Every series this check owns now, as one immutable batch; called when each run
         ends (whatever its outcome) and once before the first. A series belongs to one
         check only: several targets of one family each publish their own label sets."""
-        return ()
 
     async def close(self) -> None:
         """Release sessions, sockets, threads. Called once when the check is retired."""
@@ -55,3 +62,13 @@ class Check(ABC):
 
 #: Builds a section's checks from the config; an absent section yields no checks.
 Factory = Callable[[Config], list[Check]]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A check package's declaration, ``REGISTRATION`` in its ``check`` module: the
+    ``Config`` field it reads (which also places its checks in the run order) and the
+    factory that builds them."""
+
+    section: str
+    build: Factory

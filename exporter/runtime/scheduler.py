@@ -59,8 +59,8 @@ class Scheduler:
             own = self._own[check.name] = Ledger()
             # Pre-create the series so a rate() over them works from the first failure on.
             for outcome in metrics.CHECK_OUTCOMES:
-                own.counter(metrics.EXPORTER_CHECK_RUNS, (check.name, outcome))
-            own.histogram(metrics.EXPORTER_CHECK_DURATION, (check.name,))
+                own.counter(metrics.EXPORTER_CHECK_RUNS, {"check": check.name, "outcome": outcome})
+            own.histogram(metrics.EXPORTER_CHECK_DURATION, {"check": check.name})
             self._publish(check)
 
     def _publish(self, check: Check) -> None:
@@ -148,8 +148,8 @@ class Scheduler:
         state = self.state[check.name]
         state.runs += 1
         state.last_run_at = time.time()
-        own, labels = self._own[check.name], (check.name,)
-        own.counter(metrics.EXPORTER_CHECK_RUNS, (*labels, outcome)).inc()
+        own, labels = self._own[check.name], {"check": check.name}
+        own.counter(metrics.EXPORTER_CHECK_RUNS, {**labels, "outcome": outcome}).inc()
         own.histogram(metrics.EXPORTER_CHECK_DURATION, labels).observe(elapsed)
         if held:
             # Nothing was measured: the last real outcome (and its error) is still the news,

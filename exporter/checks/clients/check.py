@@ -23,12 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter import metrics
-from exporter.checks.base import Check
-from exporter.checks.batch import Batch, Histogram, Ledger
+from exporter.checks.base import Check, Registration
+from exporter.checks.batch import Batch, Counter, Gauge, Histogram, Ledger, Named
 from exporter.checks.clients import diag
 from exporter.checks.clients.cidrs import Carriers, CidrError, load_carriers
 from exporter.config.models import ClientsConfig, Config
 from exporter.config.yamlfile import ConfigError
+
+#: The counters of each (carrier, port), added to from a run's tally.
+COUNTED = (metrics.CLIENTS_SEGMENTS_SENT, metrics.CLIENTS_SEGMENTS_RETRANSMITTED,
+           metrics.CLIENTS_OPENED, metrics.CLIENTS_CLOSED)
 
 #: cookie -> (slot, segments retransmitted, data segments sent) at the last run.
 State = dict[bytes, tuple[int, int, int]]
@@ -132,21 +136,26 @@ class ClientsCheck(Check):
         self._established = established
         self._port_index = {port: i for i, port in enumerate(self.ports)}
         names = (*carriers.names, metrics.CLIENTS_OTHER_CARRIER)
-        self._slots = [(name, str(port)) for name in names for port in self.ports]
+        self._slots: list[Named] = [
+            {"carrier": name, "port": str(port)} for name in names for port in self.ports
+        ]
         own = self._own = Ledger()
         for name, count in zip(carriers.names, carriers.prefixes, strict=True):
-            own.gauge(metrics.CLIENTS_PREFIXES, (name,)).set(count)
+            own.gauge(metrics.CLIENTS_PREFIXES, {"carrier": name}).set(count)
         self._truncated = own.counter(metrics.CLIENTS_TRUNCATED)
+        # Per slot, kept so a run updates them without asking the ledger again.
+        self._connections: list[Gauge] = []
+        self._counted: list[tuple[Counter, ...]] = []  # in COUNTED's order
         self._rtt: list[Histogram] = []
         self._rate: list[Histogram] = []
         for labels in self._slots:  # pre-created: every carrier and port, from the first run
-            own.gauge(metrics.CLIENTS_CONNECTIONS, labels)
-            for family in (metrics.CLIENTS_SEGMENTS_SENT, metrics.CLIENTS_SEGMENTS_RETRANSMITTED,
-                           metrics.CLIENTS_OPENED, metrics.CLIENTS_CLOSED):
-                own.counter(family, labels)
+            self._connections.append(own.gauge(metrics.CLIENTS_CONNECTIONS, labels))
+            self._counted.append(tuple(own.counter(family, labels) for family in COUNTED))
             self._rtt.append(own.histogram(metrics.CLIENTS_RTT, labels, cfg.rtt_buckets))
-            self._rate.extend(own.histogram(metrics.CLIENTS_DELIVERY_RATE, (*labels, limited))
-                              for limited in metrics.CLIENTS_APP_LIMITED)
+            self._rate.extend(
+                own.histogram(metrics.CLIENTS_DELIVERY_RATE, {**labels, "app_limited": limited})
+                for limited in metrics.CLIENTS_APP_LIMITED
+            )
         self._state: State | None = None
 
     def describe(self) -> str:
@@ -172,14 +181,11 @@ class ClientsCheck(Check):
         # state as it was, so the next run counts from the last one that finished.
         state, t = await asyncio.to_thread(self._read, self._state)
         self._state = state
-        own = self._own
-        for slot, labels in enumerate(self._slots):
-            own.gauge(metrics.CLIENTS_CONNECTIONS, labels).set(t.connections[slot])
-            for family, values in ((metrics.CLIENTS_SEGMENTS_SENT, t.sent),
-                                   (metrics.CLIENTS_SEGMENTS_RETRANSMITTED, t.retransmitted),
-                                   (metrics.CLIENTS_OPENED, t.opened),
-                                   (metrics.CLIENTS_CLOSED, t.closed)):
-                own.counter(family, labels).inc(values[slot])
+        counted = (t.sent, t.retransmitted, t.opened, t.closed)  # COUNTED's order
+        for slot, connections in enumerate(self._connections):
+            connections.set(t.connections[slot])
+            for counter, values in zip(self._counted[slot], counted, strict=True):
+                counter.inc(values[slot])
             self._rtt[slot].merge(t.rtt[slot], t.rtt_sum[slot])
             for r in (2 * slot, 2 * slot + 1):
                 self._rate[r].merge(t.rate[r], t.rate_sum[r])
@@ -193,10 +199,6 @@ class ClientsCheck(Check):
 
     def batch(self) -> Batch:
         return self._own.batch()
-
-
-#: The config key this check reads (the registry orders and finds checks by it).
-SECTION = "clients"
 
 
 def carrier_files(config: Config) -> Mapping[str, str]:
@@ -217,3 +219,6 @@ def build(config: Config) -> list[Check]:
         where = config.where("clients", "carriers", exc.carrier)
         raise ConfigError([f"{where}: {exc}"]) from None
     return [ClientsCheck(config.clients, carriers)]
+
+
+REGISTRATION = Registration("clients", build)

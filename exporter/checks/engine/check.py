@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from exporter import __version__, metrics, redact
-from exporter.checks.base import Check
+from exporter.checks.base import Check, Registration
 from exporter.checks.batch import Batch, Buckets, Ledger, Sample
 from exporter.checks.engine.parse import (
     HistogramValue,
@@ -145,9 +145,9 @@ class EngineCheck(Check):
         self._own = own = Ledger()
         self._view: TargetView | None = None  # the last successful scrape while up
         for reason in metrics.ENGINE_SCRAPE_ERROR_REASONS:
-            own.counter(metrics.ENGINE_SCRAPE_ERRORS, (self.target, reason))
+            own.counter(metrics.ENGINE_SCRAPE_ERRORS, {"target": self.target, "reason": reason})
         for reason in metrics.ENGINE_DROP_REASONS:
-            own.counter(metrics.ENGINE_DROPPED_SERIES, (self.target, reason))
+            own.counter(metrics.ENGINE_DROPPED_SERIES, {"target": self.target, "reason": reason})
 
     def describe(self) -> str:
         family = self.config.type or self._detected or "auto-detect"
@@ -320,13 +320,13 @@ class EngineCheck(Check):
 
     # --- outcome ------------------------------------------------------------------------
     def _up(self, view: TargetView, elapsed: float) -> None:
-        own, target = self._own, (self.target,)
+        own, target = self._own, {"target": self.target}
         self._view = view
         own.gauge(metrics.ENGINE_UP, target).set(1)
         own.gauge(metrics.ENGINE_SCRAPE_DURATION, target).set(elapsed)
         dropped = view.snapshot.dropped
         for reason, count in dropped.items():
-            own.counter(metrics.ENGINE_DROPPED_SERIES, (*target, reason)).inc(count)
+            own.counter(metrics.ENGINE_DROPPED_SERIES, {**target, "reason": reason}).inc(count)
         reasons = frozenset(r for r, n in dropped.items() if n)
         if reasons - self._dropping:
             log.warning(
@@ -338,11 +338,11 @@ class EngineCheck(Check):
         self._kept = view.snapshot.kept
 
     def _down(self, reason: str, elapsed: float) -> None:
-        own, target = self._own, (self.target,)
+        own, target = self._own, {"target": self.target}
         self._view = None
         own.gauge(metrics.ENGINE_UP, target).set(0)
         own.gauge(metrics.ENGINE_SCRAPE_DURATION, target).set(elapsed)
-        own.counter(metrics.ENGINE_SCRAPE_ERRORS, (*target, reason)).inc()
+        own.counter(metrics.ENGINE_SCRAPE_ERRORS, {**target, "reason": reason}).inc()
         # The engine may come back as a different build: ask for its version again.
         self._version = None
 
@@ -355,10 +355,9 @@ def _connection_detail(exc: aiohttp.ClientError) -> str:
     return type(exc).__name__
 
 
-#: The config key this check reads (the registry orders and finds checks by it).
-SECTION = "engines"
-
-
 def build(config: Config) -> list[Check]:
     """One check per ``engines:`` entry."""
     return [EngineCheck(engine) for engine in config.engines]
+
+
+REGISTRATION = Registration("engines", build)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from exporter import metrics
-from exporter.checks.base import Check
+from exporter.checks.base import Check, Registration
 from exporter.checks.batch import Batch, Sample
 from exporter.checks.gpu.sampler import NvmlSampler
 from exporter.checks.gpu.snapshot import GpuReading, Snapshot
@@ -161,11 +161,10 @@ class _Worker:
                 future.set_exception(exc)
 
 
-#: The config key this check reads (the registry orders and finds checks by it).
-SECTION = "gpu"
-
-
 def build(config: Config) -> list[Check]:
     if config.gpu is None or not config.gpu.enabled:
         return []
     return [GpuCheck(config.gpu)]
+
+
+REGISTRATION = Registration("gpu", build)

@@ -25,8 +25,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from exporter import metrics
-from exporter.checks.base import Check
-from exporter.checks.batch import Batch, Ledger
+from exporter.checks.base import Check, Registration
+from exporter.checks.batch import Batch, Ledger, Named
 from exporter.checks.path.icmp import EchoSocket, IcmpAccess
 from exporter.checks.path.jitter import rfc3550, rtt_diffs
 from exporter.checks.path.route import RouteCheck, Tracer, resolve_ipv4
@@ -208,15 +208,22 @@ class PathCheck(Check):
         self.icmp = icmp
         self.tcp = tcp or TcpSlots(paths.max_tcp_connects)
         self._resolve = resolve
-        labels = (carrier, target.name, target.region, target.protocol)
+        labels: Named = {
+            "carrier": carrier, "target": target.name, "region": target.region,
+            "protocol": target.protocol,
+        }
         self._labels = labels
         self._own = own = Ledger()
         self._sent = own.counter(metrics.PATH_PACKETS_SENT, labels)
         self._received = own.counter(metrics.PATH_PACKETS_RECEIVED, labels)
         self._rtt = own.histogram(metrics.PATH_RTT, labels, paths.rtt_buckets)
         self._errors = {
-            r: own.counter(metrics.PATH_ERRORS, (*labels, r)) for r in REASONS[target.protocol]
+            r: own.counter(metrics.PATH_ERRORS, {**labels, "reason": r})
+            for r in REASONS[target.protocol]
         }
+        # The jitter series come and go with the bursts; their labels are fixed here.
+        self._rfc3550: Named = {**labels, "method": metrics.PATH_JITTER_RFC3550}
+        self._mean_abs: Named = {**labels, "method": metrics.PATH_JITTER_MEAN_ABS_DIFF}
         self._socket: EchoSocket | None = None
         self._addr: str | None = None
         self._unsent = 0  # probes of this burst skipped as busy
@@ -280,12 +287,11 @@ class PathCheck(Check):
         diffs = rtt_diffs(rtts)
         self.jitter = rfc3550(self.jitter, diffs)
         if self.jitter is not None:
-            own.gauge(metrics.PATH_JITTER, (*labels, metrics.PATH_JITTER_RFC3550)).set(self.jitter)
-        mean_abs = (*labels, metrics.PATH_JITTER_MEAN_ABS_DIFF)
+            own.gauge(metrics.PATH_JITTER, self._rfc3550).set(self.jitter)
         if diffs:
-            own.gauge(metrics.PATH_JITTER, mean_abs).set(statistics.fmean(diffs))
+            own.gauge(metrics.PATH_JITTER, self._mean_abs).set(statistics.fmean(diffs))
         else:
-            own.remove(metrics.PATH_JITTER, mean_abs)  # undefined for this burst: absent
+            own.remove(metrics.PATH_JITTER, self._mean_abs)  # undefined for this burst: absent
         if not answered:
             raise PathError(None, f"no answer from {addr} to any of {len(rtts)} probes")
         own.gauge(metrics.PATH_LAST_SUCCESS, labels).set(time.time())
@@ -297,10 +303,6 @@ class PathCheck(Check):
         if self._socket is not None:
             self._socket = None
             self.icmp.release()
-
-
-#: The config key this check reads (the registry orders and finds checks by it).
-SECTION = "paths"
 
 
 def build(config: Config) -> list[Check]:
@@ -322,3 +324,6 @@ def build(config: Config) -> list[Check]:
                 RouteCheck(carrier, target, paths.route_interval, paths.timeout, table, tracer)
             )
     return checks
+
+
+REGISTRATION = Registration("paths", build)

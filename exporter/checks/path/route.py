@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from exporter import metrics
 from exporter.checks.base import Check
-from exporter.checks.batch import Batch, Ledger
+from exporter.checks.batch import Batch, Ledger, Named
 from exporter.checks.path.routes import UNKNOWN, RouteTable
 from exporter.config.models import PathTarget
 
@@ -291,7 +291,7 @@ class RouteCheck(Check):
         self._table = table
         self._tracer = tracer
         self._publishes_tracer = tracer.register(self.name)
-        self._labels = (carrier, target.name)
+        self._labels: Named = {"carrier": carrier, "target": target.name}
         self._own = Ledger()
         self._changes = self._own.counter(metrics.PATH_ROUTE_CHANGES, self._labels)
         self._shown: str | None = None  # route_class of the info series now exported
@@ -315,8 +315,8 @@ class RouteCheck(Check):
         own = self._own
         if new != self._shown:
             if self._shown is not None:
-                own.remove(metrics.PATH_ROUTE_INFO, (*self._labels, self._shown))
-            own.gauge(metrics.PATH_ROUTE_INFO, (*self._labels, new)).set(1)
+                own.remove(metrics.PATH_ROUTE_INFO, {**self._labels, "route_class": self._shown})
+            own.gauge(metrics.PATH_ROUTE_INFO, {**self._labels, "route_class": new}).set(1)
             self._shown = new
         if trace.reached is not None:
             own.gauge(metrics.PATH_HOP_COUNT, self._labels).set(trace.reached)

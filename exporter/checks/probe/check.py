@@ -16,8 +16,8 @@ import time
 from collections.abc import AsyncIterator
 
 from exporter import metrics
-from exporter.checks.base import Check, RunSkipped
-from exporter.checks.batch import Batch, Ledger
+from exporter.checks.base import Check, Registration, RunSkipped
+from exporter.checks.batch import Batch, Ledger, Named
 from exporter.config.models import Config, ProbeConfig, SloConfig
 from exporter.metrics import ProbeOutcome
 from exporter.probing import server_timing
@@ -109,16 +109,18 @@ class ProbeCheck(Check):
             first_token=cfg.timeouts.first_token,
             total=cfg.timeouts.total,
         )
-        self._labels = labels = (
-            cfg.name, self.endpoint, cfg.profile, cfg.carrier or "", cfg.engine or ""
-        )
+        self._labels: Named = {
+            "probe": cfg.name, "target": self.endpoint, "profile": cfg.profile,
+            "carrier": cfg.carrier or "", "engine_target": cfg.engine or "",
+        }
+        labels = self._labels
         self._own = own = Ledger()
         # Every outcome exists from the start, so rate() and goodput ratios work at once.
         for outcome in ProbeOutcome:
-            own.counter(metrics.PROBE_REQUESTS, (*labels, outcome.value))
+            own.counter(metrics.PROBE_REQUESTS, {**labels, "outcome": outcome.value})
         own.counter(metrics.PROBE_SLO_GOOD, labels)
         for split in metrics.ServerSplit:
-            own.counter(metrics.PROBE_SERVER_SPLIT, (*labels, split.value))
+            own.counter(metrics.PROBE_SERVER_SPLIT, {**labels, "split": split.value})
         own.counter(metrics.PROBE_HELD_OFF, labels)
         #: Monotonic time before which the endpoint asked us not to call (Retry-After).
         self._hold_until = 0.0
@@ -127,7 +129,7 @@ class ProbeCheck(Check):
     @property
     def series_labels(self) -> dict[str, str]:
         """The label set of this probe's series (without outcome, phase, ...)."""
-        return dict(zip(metrics.PROBE_LABELS, self._labels, strict=True))
+        return dict(self._labels)
 
     def describe(self) -> str:
         c = self.cfg
@@ -160,10 +162,12 @@ class ProbeCheck(Check):
 
     def record(self, result: RequestResult) -> None:
         own, labels = self._own, self._labels
-        own.counter(metrics.PROBE_REQUESTS, (*labels, result.outcome.value)).inc()
+        own.counter(metrics.PROBE_REQUESTS, {**labels, "outcome": result.outcome.value}).inc()
         connection = result.connection or "new"  # a failed connect was a new one
         for phase, seconds in result.phases.items():
-            own.histogram(metrics.PROBE_PHASE, (*labels, phase, connection)).observe(seconds)
+            own.histogram(
+                metrics.PROBE_PHASE, {**labels, "phase": phase, "connection": connection}
+            ).observe(seconds)
         if result.tcp is not None:
             self._record_tcp(result.tcp)
         s = result.stream
@@ -183,7 +187,7 @@ class ProbeCheck(Check):
         if tpot is not None:
             own.histogram(metrics.PROBE_TPOT, labels).observe(tpot)
         source = "chunks" if s.tokens_estimated else "usage"
-        own.counter(metrics.PROBE_OUTPUT_TOKENS, (*labels, source)).inc(s.output_tokens)
+        own.counter(metrics.PROBE_OUTPUT_TOKENS, {**labels, "source": source}).inc(s.output_tokens)
         if s.prompt_tokens is not None:
             own.counter(metrics.PROBE_PROMPT_TOKENS, labels).inc(s.prompt_tokens)
         if s.cached_tokens is not None:
@@ -210,13 +214,14 @@ class ProbeCheck(Check):
             (metrics.TcpSegments.OUT_OF_ORDER, tcp.out_of_order),
         ):
             if count is not None:
-                own.counter(metrics.PROBE_TCP_SEGMENTS, (*labels, kind.value)).inc(count)
+                segments = {**labels, "segments": kind.value}
+                own.counter(metrics.PROBE_TCP_SEGMENTS, segments).inc(count)
 
     def _record_split(self, decided: tuple[metrics.ServerSplit, server_timing.Split | None]
                       ) -> None:
         own, labels = self._own, self._labels
         kind, parts = decided
-        own.counter(metrics.PROBE_SERVER_SPLIT, (*labels, kind.value)).inc()
+        own.counter(metrics.PROBE_SERVER_SPLIT, {**labels, "split": kind.value}).inc()
         if parts is None:
             return
         for part, seconds in (
@@ -226,17 +231,15 @@ class ProbeCheck(Check):
             (metrics.ServerPart.DECODE, parts.decode),
         ):
             if seconds is not None:
-                own.histogram(metrics.PROBE_SERVER_TIMING, (*labels, part.value)).observe(seconds)
+                own.histogram(
+                    metrics.PROBE_SERVER_TIMING, {**labels, "part": part.value}
+                ).observe(seconds)
 
     def batch(self) -> Batch:
         return self._own.batch()
 
     async def close(self) -> None:
         await self._client.close()
-
-
-#: The config key this check reads (the registry orders and finds checks by it).
-SECTION = "probes"
 
 
 def build(config: Config) -> list[Check]:
@@ -253,3 +256,6 @@ def build(config: Config) -> list[Check]:
         ProbeCheck(p, config.slo, gates[target_of(endpoint_url(p.url, p.api))])
         for p in config.probes
     ]
+
+
+REGISTRATION = Registration("probes", build)

@@ -191,7 +191,7 @@ def test_no_metric_name_is_typed_in_the_generators(path: Path) -> None:
     typed = [(line, text) for line, text in _string_literals(path)
              if re.search(r"\bllm_[a-z]", text)
              and not (path == NAMES and RECORDED_NAME.fullmatch(text))]
-    assert not typed, f"{path.name}: metric names typed instead of read from metrics.py: {typed}"
+    assert not typed, f"{path.name}: metric names typed instead of read from exporter/metrics/: {typed}"
 
 
 def test_every_name_in_the_output_exists() -> None:

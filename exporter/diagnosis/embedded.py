@@ -1,4 +1,4 @@
-"""The embedded source: the declarations of ``observables.py`` evaluated over the exporter's
+"""The embedded source: the declarations of ``observations.py`` evaluated over the exporter's
 own windows (``windows.History``) -> ``Observations``.
 
 Each leaf is computed the way PromQL computes it over the same samples (increases,

@@ -1,6 +1,6 @@
 """The Prometheus source: :class:`Observations` for a window ending at a given time, from
 PromQL over any Prometheus-compatible HTTP API (Prometheus, Thanos, Mimir,
-VictoriaMetrics). The declarations are ``observables.py``'s, their queries
+VictoriaMetrics). The declarations are ``observations.py``'s, their queries
 :mod:`exporter.diagnosis.promqueries`'; this module runs them and puts the answers into the
 windows the chain reads.
 

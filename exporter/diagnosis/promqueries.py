@@ -1,4 +1,4 @@
-"""The PromQL evaluator of the declarations in ``observables.py``: one instant query per
+"""The PromQL evaluator of the declarations of ``observations.py``: one instant query per
 leaf, aggregated to the key of the window it fills (probe, path, route, engine, GPU,
 check), all evaluated at the end of the diagnosis window. The arithmetic on the answers
 (ratios, fallbacks, counts over a threshold) is ``d.evaluate``'s, shared with the

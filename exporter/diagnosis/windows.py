@@ -1,20 +1,15 @@
 """Bounded in-memory history of the exporter's own registry: the embedded source's windows.
 
-Every ``diagnosis.interval`` the evaluator hands :meth:`History.record` the current samples
-of the families the chain reads (``WINDOW_FAMILIES``). A snapshot stores one float per scalar
-(a counter, a gauge, one histogram bucket, a ``_sum``, a ``_count``) in an ``array('d')``
-beside a layout (the keys) that consecutive snapshots share, so its cost is 8 bytes a scalar.
-Fine snapshots cover ``diagnosis.window``; one a minute (``DiagnosisConfig.baseline_step``),
-of the baseline families only (``COARSE_FAMILIES``), covers ``diagnosis.history``. Both
-deques have a fixed ``maxlen`` and the number of scalars per snapshot is capped, so memory is
-bounded whatever the registry does (docs/diagnosis.md, "Embedded windows: memory").
-
-Counters and histogram samples are stored reset-corrected, as PromQL's ``increase()`` sees
-them: a value below the previous one is a reset, and counting goes on from the new value.
-A window's increase is then ``last - first``. A series that appears inside a window counts
-from zero when the exporter itself creates it on its first event (a probe's first TTFT, an
-XID), and from its first sample when it passes an engine's own cumulative counter through
-(PromQL's rule: no increase before the first sample).
+Every ``diagnosis.interval`` the evaluator hands :meth:`History.record` the current values
+of the samples the chain reads (``families.KINDS``, derived from the declarations). A
+snapshot stores one float per scalar (a counter, a gauge, one histogram bucket, a ``_sum``,
+a ``_count``) in an ``array('d')`` beside a layout (the keys) that consecutive snapshots
+share, so its cost is 8 bytes a scalar. Fine snapshots cover ``diagnosis.window``; one a
+minute (``DiagnosisConfig.baseline_step``), of the samples read over a baseline, the whole
+history or the page's last hour only (``families.COARSE_SAMPLES``), covers
+``diagnosis.history``. Both deques have a fixed ``maxlen`` and the number of scalars per
+snapshot is capped, so memory is bounded whatever the registry does (docs/diagnosis.md,
+"Embedded windows: memory").
 """
 
 from __future__ import annotations

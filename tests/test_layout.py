@@ -80,6 +80,20 @@ def test_no_package_import_circle() -> None:
     assert find_cycle(edges) == []
 
 
+#: Where a reader meets the chain's and the alerts' types side by side: one name, one class.
+ONE_NAMESPACE = ("exporter/diagnosis", "exporter/monitoring", "exporter/metrics")
+
+
+def test_no_class_name_is_defined_twice() -> None:
+    seen: dict[str, list[str]] = {}
+    for folder in ONE_NAMESPACE:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    seen.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
+
+
 @pytest.mark.parametrize("module", sorted(MODULES), ids=str)
 def test_module_size(module: str) -> None:
     path = MODULES[module]

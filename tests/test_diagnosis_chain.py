@@ -425,3 +425,28 @@ def test_a_throttled_gpu_beside_long_prompts_names_both() -> None:
     assert [(v.layer, v.cause) for v in d.verdicts] == [
         ("gpu", "throttling"), ("application", "long_prompts")], render(d)
     valid(d)
+
+
+def _all_failing(obs: Observations, **kw: Any) -> Observations:
+    """Every probe's check failing (no request succeeded) and what its requests ended as."""
+    obs = all_probes(obs, ttft_p95=None, tpot_p95=None, itl_p99=None, connect_p95=None, **kw)
+    return replace(obs, failing_checks=tuple(f"probe/{p.probe}" for p in obs.probes))
+
+
+def test_probes_that_all_time_out_are_never_healthy() -> None:
+    # Each probe cut by its own 200 ms total timeout while the engine answers within its
+    # SLO: every run of every probe check fails, and the failures are the window's symptom.
+    d = diagnose(_all_failing(healthy(), outcomes={"timeout_total": 20}, timeout_total=0.2))
+    assert d.status == "failing", render(d)
+    v = d.verdicts[0]
+    assert (v.layer, v.cause) == ("application", "client_timeouts"), render(d)
+    assert v.symptoms == ("failures",)
+    assert "timeout 200 ms" in v.summary
+
+
+def test_an_engine_that_refuses_explains_its_failing_probes() -> None:
+    d = diagnose(_all_failing(with_engine(healthy(), up=False, ttft_p95=None, itl_p95=None),
+                              outcomes={"connect_error": 20}))
+    assert d.status == "failing", render(d)
+    v = d.verdicts[0]
+    assert (v.layer, v.cause, v.symptoms) == ("engine", "down", ("failures",)), render(d)

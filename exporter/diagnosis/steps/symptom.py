@@ -50,11 +50,37 @@ def _latency(case: Case, p: ProbeWindow, kind: Symptom, name: str, metric: str,
     return False
 
 
-def probe_symptoms(case: Case, p: ProbeWindow, cleared: list[Evidence]
-                   ) -> ProbeSymptoms | None:
+def probe_symptoms(case: Case, p: ProbeWindow, cleared: list[Evidence],
+                   failures_only: bool = False) -> ProbeSymptoms | None:
+    """``failures_only``: the probe's check failed, so its latencies are not the window's;
+    the outcomes of the requests it finished are, and are judged."""
     lines = case.thresholds
     found: dict[Symptom, str] = {}
     evidence: list[Evidence] = []
+    breached = False
+    if not failures_only:
+        breached = _latencies(case, p, found, evidence, cleared)
+    ratio = failures(p) / p.requests
+    for outcome, n in sorted(p.outcomes.items()):
+        if outcome != OK and n:
+            e = case.evidence(metrics.PROBE_REQUESTS.name, n / p.requests,
+                              {**probe_labels(p), "outcome": outcome}, lines.failure_ratio)
+            (evidence if ratio > lines.failure_ratio else cleared).append(e)
+    how: Failure | None = None
+    if ratio > lines.failure_ratio:
+        worst = max((o for o in p.outcomes if o != OK), key=lambda o: p.outcomes[o])
+        found["failures"] = f"failure ratio {pct(ratio)} (mostly {worst})"
+        how = FAILURE_KINDS.get(worst, "server")
+        breached = True
+    if not found:
+        return None
+    return ProbeSymptoms(p, tuple(found), breached, tuple(evidence), found, how)
+
+
+def _latencies(case: Case, p: ProbeWindow, found: dict[Symptom, str],
+               evidence: list[Evidence], cleared: list[Evidence]) -> bool:
+    """TTFT, TPOT and stalls against their lines; True when one is breached."""
+    lines = case.thresholds
     # A long-context probe's slow first token is its own symptom (slow long-context loads):
     # it points at prefill and prompt size before the network.
     first: Symptom = "long_context" if p.profile == "long_context" else "ttft"
@@ -78,21 +104,7 @@ def probe_symptoms(case: Case, p: ProbeWindow, cleared: list[Evidence]
         found.setdefault("tpot", f"{p.stalls} stall(s) over {secs(lines.stall_seconds)}")
         evidence.append(case.evidence(metrics.PROBE_STALL.name, p.stalls, probe_labels(p), 0))
         breached = True
-    ratio = failures(p) / p.requests
-    for outcome, n in sorted(p.outcomes.items()):
-        if outcome != OK and n:
-            e = case.evidence(metrics.PROBE_REQUESTS.name, n / p.requests,
-                              {**probe_labels(p), "outcome": outcome}, lines.failure_ratio)
-            (evidence if ratio > lines.failure_ratio else cleared).append(e)
-    how: Failure | None = None
-    if ratio > lines.failure_ratio:
-        worst = max((o for o in p.outcomes if o != OK), key=lambda o: p.outcomes[o])
-        found["failures"] = f"failure ratio {pct(ratio)} (mostly {worst})"
-        how = FAILURE_KINDS.get(worst, "server")
-        breached = True
-    if not found:
-        return None
-    return ProbeSymptoms(p, tuple(found), breached, tuple(evidence), found, how)
+    return breached
 
 
 def evaluate(case: Case) -> Outcome:
@@ -100,12 +112,13 @@ def evaluate(case: Case) -> Outcome:
     to be judged (``case.judged``)."""
     cleared: list[Evidence] = []
     for p in case.obs.probes:
-        # Too few requests make a P95 a guess; a failing probe check means what we have
-        # is not the window's.
-        if p.requests < case.thresholds.min_requests or case.failing("probe", p.probe):
+        # Too few requests make a P95 a guess.
+        if p.requests < case.thresholds.min_requests:
             continue
         case.judged = True
-        ps = probe_symptoms(case, p, cleared)
+        # A probe check fails when its requests do: then its latencies are not the window's,
+        # but the outcomes it counted are, and failures are never healthy.
+        ps = probe_symptoms(case, p, cleared, failures_only=case.failing("probe", p.probe))
         if ps is not None:
             case.sick.append(ps)
     if case.sick:

@@ -185,7 +185,7 @@ class PathWindow:
         metrics.PATH_JITTER.name, match=((metrics.PATH_JITTER.labels[-1],
                                           metrics.PATH_JITTER_RFC3550),)), trend=True)
     loss_baseline: float | None = measured(PATH, Baseline(Ratio(_LOST, _SENT),
-                                                          names.PATH_LOSS_BASELINE))
+                                                          names.PATH_LOSS_BASELINE), finish.lost)
     rtt_baseline: float | None = measured(PATH, Baseline(_mean(metrics.PATH_RTT)))
     #: True while local time is inside a configured peak window.
     in_peak: bool = measured(PATH, InPeak(), finish.in_peak, default=False)

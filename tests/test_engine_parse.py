@@ -294,8 +294,12 @@ def test_table_rows_are_consistent() -> None:
         assert src.target is metrics.SCHEMA[src.target.name], src
         assert src.target.section == "engine", src
         assert set(src.labels.values()) <= set(src.target.labels) - {"target", "engine"}, src
-        assert "model" in src.labels.values(), src
-        assert src.name.startswith(table.PREFIXES[src.engine]), src
+        # A row without the engine's prefix is its API server's own process family: one
+        # series, no model; every other row is per model.
+        if src.name.startswith(table.PREFIXES[src.engine]):
+            assert "model" in src.labels.values(), src
+        else:
+            assert src.name.startswith("process_") and not src.labels, src
         assert src.scale > 0
         if src.kind is metrics.Kind.HISTOGRAM:
             assert not src.name.endswith(("_bucket", "_sum", "_count")), src
@@ -338,9 +342,11 @@ def _render(rows: list[Source], models: list[str]) -> tuple[str, dict[SampleKey,
         extra = next((n for n in src.target.labels if n not in metrics.ENGINE_SERIES_LABELS),
                      "finished_reason")
         reasons = ["stop", "length"] if extra in back else [""]
+        # The API server's own process families carry no model: one series.
+        served = models if "model" in back else [""]
         lines.append(f"# TYPE {src.name} {src.kind}")
         for j, (model, rank, reason) in enumerate(
-            (m, r, f) for m in models for r in ranks for f in reasons
+            (m, r, f) for m in served for r in ranks for f in reasons
         ):
             norm = {"model": model, "dp_rank": rank}
             if reason:

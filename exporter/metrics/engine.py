@@ -326,3 +326,46 @@ ENGINE_REQUESTS_FAILED = define(
     ENGINE_SERIES_LABELS,
     section="engine",
 )
+# What the first token's budget reads beyond queue and prefill: the API server's own CPU
+# (tokenizing, templating, detokenizing), speculative decoding's drafts and acceptance, and
+# the KV handed over between a prefill and a decode instance (P/D disaggregation).
+ENGINE_PROCESS_CPU = define(
+    "llm_engine_process_cpu_seconds_total",
+    Kind.COUNTER,
+    "CPU time of the engine's API server process (vLLM's own process_cpu_seconds_total on "
+    "its /metrics): a rate near 1 is its one frontend process saturated, tokenizing and "
+    "templating ahead of the engine; model and dp_rank are empty (one process for all).",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_SPEC_DRAFTS = define(
+    "llm_engine_spec_decode_drafts_total",
+    Kind.COUNTER,
+    "Speculative decoding: draft proposals made (one per sequence and step it drafts for); "
+    "absent without speculative decoding.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_SPEC_DRAFT_TOKENS = define(
+    "llm_engine_spec_decode_draft_tokens_total",
+    Kind.COUNTER,
+    "Speculative decoding: draft tokens proposed.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_SPEC_ACCEPTED_TOKENS = define(
+    "llm_engine_spec_decode_accepted_tokens_total",
+    Kind.COUNTER,
+    "Speculative decoding: draft tokens the target model accepted; over the draft tokens, "
+    "the acceptance rate (each accepted token is a decode step saved).",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)
+ENGINE_KV_TRANSFER_TIME = define(
+    "llm_engine_kv_transfer_seconds",
+    Kind.HISTOGRAM,
+    "Time of each KV-cache transfer into this instance from a prefill instance (vLLM's "
+    "NIXL connector), with the engine's own buckets; absent without P/D disaggregation.",
+    ENGINE_SERIES_LABELS,
+    section="engine",
+)

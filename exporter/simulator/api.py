@@ -85,10 +85,13 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
             stall=f.stall,
             stall_after=f.mid_stream_after,
             tokens_per_step=f.tokens_per_chunk,
+            kv_transfer_delay=f.kv_transfer_delay,
         ),
         arrival=arrival,
     )
     if f.frontend_delay > 0:
+        # The API server's own work (tokenizing, templating): its CPU, before the engine.
+        sim.stats.frontend(f.frontend_delay)
         await asyncio.sleep(f.frontend_delay)
     engine = sim.route(model)
     engine.submit(seq)

@@ -96,6 +96,18 @@ def register(add: AddParser) -> None:
                    help="mean natural answer length in tokens (default: %(default)s)")
     g.add_argument("--no-prefix-caching", action="store_true",
                    help="recompute every prompt in full")
+    g.add_argument("--speculative-tokens", type=int, default=_defaults.speculative_tokens,
+                   help="speculative decoding: draft tokens per sequence and step; 0: off "
+                   "(default: %(default)s)")
+    g.add_argument("--spec-acceptance", type=float, default=_defaults.spec_acceptance,
+                   help="probability each draft token is accepted; changes at run time "
+                   "through /admin/config (default: %(default)s)")
+    g.add_argument("--pd", action="store_true",
+                   help="a decode instance of a prefill/decode pair: each prompt's KV "
+                   "arrives from a prefill instance while the request waits deferred "
+                   "(vLLM's P/D metrics; the kv_transfer_delay fault slows the handover)")
+    g.add_argument("--kv-transfer-tps", type=float, default=_defaults.kv_transfer_tps,
+                   help="with --pd: KV handed over, tokens/s (default: %(default)s)")
     p.add_argument("--enable-per-request-metrics", action="store_true",
                    help="as vLLM's flag: each response (a stream's usage chunk) carries a "
                    "metrics object with the request's queue, prefill and decode times")
@@ -124,6 +136,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         decode_step_per_seq=args.decode_step_per_seq_ms / 1000,
         output_len=args.output_len,
         prefix_caching=not args.no_prefix_caching,
+        speculative_tokens=args.speculative_tokens,
+        spec_acceptance=args.spec_acceptance,
+        pd=args.pd,
+        kv_transfer_tps=args.kv_transfer_tps,
     )
     settings = Settings(
         host=args.host,

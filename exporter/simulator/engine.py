@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import time
 from collections import deque
 from typing import Any, Protocol
@@ -42,6 +43,7 @@ class Observer(Protocol):
     def admitted(self, seq: Sequence, queried: int, hit: int) -> None: ...
     def preempted(self, seq: Sequence) -> None: ...
     def prompt_done(self, seq: Sequence) -> None: ...
+    def drafted(self, seq: Sequence, drafts: int, accepted: int) -> None: ...
     def output(self, seq: Sequence, count: int, interval: float | None) -> None: ...
     def stepped(self, tokens: int, context: int) -> None: ...
     def finished(self, seq: Sequence) -> None: ...
@@ -51,7 +53,8 @@ class Observer(Protocol):
 class Engine:
     """One engine (one model, one data-parallel rank)."""
 
-    def __init__(self, model: str, dp_rank: int, config: EngineConfig, observer: Observer):
+    def __init__(self, model: str, dp_rank: int, config: EngineConfig, observer: Observer,
+                 seed: int = 0):
         self.model = model
         self.dp_rank = dp_rank
         self.config = config
@@ -63,6 +66,8 @@ class Engine:
         #: Recent per-step records, as trtllm-serve's /metrics returns (drained on read).
         self.iteration_stats: deque[dict[str, Any]] = deque(maxlen=1000)
         self._admissions = 0
+        #: Draws which draft tokens the target model accepts.
+        self._drafts = random.Random(seed)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -113,7 +118,8 @@ class Engine:
     def _need(self, seq: Sequence) -> int:
         if seq.prefilling:
             return self._blocks(seq.prefill_target + 1)
-        ahead = min(seq.faults.tokens_per_step, seq.limit - len(seq.output))
+        step = max(seq.faults.tokens_per_step, self.config.speculative_tokens + 1)
+        ahead = min(step, seq.limit - len(seq.output))
         return self._blocks(len(seq.prompt) + len(seq.output) + ahead)
 
     def used_blocks(self) -> int:
@@ -139,10 +145,14 @@ class Engine:
 
         budget = cfg.max_num_batched_tokens
         decoding: list[tuple[Sequence, int]] = []
+        drafted = 0
         for seq in self.running:
             if seq.prefilling or seq.ready_at > start:
                 continue
             count = min(seq.faults.tokens_per_step, seq.limit - len(seq.output))
+            if cfg.speculative_tokens and count == 1:
+                drafts, count = self._speculate(seq)
+                drafted += drafts
             if count > budget:
                 break
             budget -= count
@@ -165,9 +175,10 @@ class Engine:
             await self._idle(start)
             return
 
+        # Verifying a draft token costs the target model about what decoding one does.
         duration = (
             cfg.decode_step
-            + cfg.decode_step_per_seq * len(decoding)
+            + cfg.decode_step_per_seq * (len(decoding) + drafted)
             + prefill_tokens / cfg.prefill_tps
         )
         # Sleep to an absolute deadline so event-loop latency doesn't accumulate.
@@ -189,6 +200,18 @@ class Engine:
         self._record_iteration(
             end - start, len(completing), len(decoding), prefill_tokens, finished
         )
+
+    def _speculate(self, seq: Sequence) -> tuple[int, int]:
+        """(draft tokens proposed, tokens this step yields): the drafts accepted up to the
+        first rejection, and the target model's own token after them."""
+        cfg = self.config
+        drafts = min(cfg.speculative_tokens, seq.limit - len(seq.output) - 1)
+        accepted = 0
+        while accepted < drafts and self._drafts.random() < cfg.spec_acceptance:
+            accepted += 1
+        if drafts > 0:
+            self.observer.drafted(seq, drafts, accepted)
+        return max(drafts, 0), accepted + 1
 
     async def _idle(self, now: float) -> None:
         """Nothing runnable: wait for a request, an abort, or a held sequence's ready time."""
@@ -219,9 +242,18 @@ class Engine:
             if used + need > cfg.kv_blocks:
                 break
             self.waiting.popleft()
-            hit = self.cache.lookup(tokens) if cfg.prefix_caching else 0
+            first = seq.scheduled_ts is None
+            hit = self.cache.lookup(tokens) if cfg.prefix_caching and not cfg.pd else 0
             seq.prefill_target = len(tokens)
             seq.computed = hit
+            if cfg.pd and first:
+                # The prefill instance computed the prompt; its KV arrives over the wire and
+                # only the last token is computed here once it has.
+                seq.computed = len(tokens) - 1
+                seq.transfer_seconds = (len(tokens) / cfg.prefill_tps
+                                        + len(tokens) / cfg.kv_transfer_tps
+                                        + seq.faults.kv_transfer_delay)
+                seq.transfer_until = now + seq.transfer_seconds
             self._admissions += 1
             seq.admitted = self._admissions
             self.running.append(seq)
@@ -229,10 +261,10 @@ class Engine:
             # Queries and hits count at every admission, re-admission after preemption
             # included (vLLM does the same; vllm#25780).
             self.observer.admitted(seq, len(tokens), hit)
-            if seq.scheduled_ts is None:
+            if first:
                 seq.scheduled_ts = now
                 seq.cached_tokens = hit
-                seq.ready_at = now + seq.faults.slow_first_token
+                seq.ready_at = max(now + seq.faults.slow_first_token, seq.transfer_until)
                 seq.events.put_nowait(Scheduled(now))
 
     def _prefilled(self, seq: Sequence) -> None:

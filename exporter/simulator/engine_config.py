@@ -22,6 +22,16 @@ class EngineConfig:
     #: ignore_eos don't end it first; ends with finish_reason "stop".
     output_len: int = 128
     prefix_caching: bool = True
+    #: Speculative decoding: draft tokens proposed per sequence and step (0: off); each is
+    #: accepted with ``spec_acceptance``, up to the first rejection, and the step yields the
+    #: accepted ones and the target model's own token.
+    speculative_tokens: int = 0
+    spec_acceptance: float = 0.7
+    #: A decode instance of a prefill/decode pair: every prompt's KV is computed by a
+    #: prefill instance (at ``prefill_tps``) and handed over at ``kv_transfer_tps`` tokens a
+    #: second while the request waits, deferred; only its last token is computed here.
+    pd: bool = False
+    kv_transfer_tps: float = 80000.0
 
     #: Knobs that may change while running; the KV geometry may not (running sequences
     #: were admitted against it).
@@ -33,6 +43,7 @@ class EngineConfig:
         "decode_step_per_seq",
         "output_len",
         "prefix_caching",
+        "spec_acceptance",
     )
 
     @property
@@ -76,8 +87,12 @@ class EngineConfig:
                      "output_len"):
             if getattr(self, name) < 1:
                 out.append(f"{name}: must be at least 1")
-        if self.prefill_tps <= 0:
-            out.append("prefill_tps: must be > 0")
+        if self.prefill_tps <= 0 or self.kv_transfer_tps <= 0:
+            out.append("prefill_tps and kv_transfer_tps: must be > 0")
+        if self.speculative_tokens < 0:
+            out.append("speculative_tokens: must be at least 0")
+        if not 0 <= self.spec_acceptance <= 1:
+            out.append("spec_acceptance: a probability, 0..1")
         if self.decode_step <= 0 or self.decode_step_per_seq < 0:
             out.append("decode_step must be > 0 and decode_step_per_seq >= 0")
         if self.block_size >= 1 and self.kv_tokens < 2 * self.block_size:

@@ -45,6 +45,9 @@ DESCRIPTIONS: dict[str, str] = {
     "and prefill",
     "metrics_error_rate": "fraction of metrics scrapes answered HTTP 500 (an engine whose "
     "metrics endpoint breaks while it keeps serving, or a monitoring-side outage)",
+    "kv_transfer_delay": "seconds each KV transfer from the prefill instance takes on top of "
+    "its size (with --pd): the request waits deferred, in its TTFT and the engine's "
+    "transfer time",
     "dp_pin_rate": "fraction of requests the data-parallel router sends to each model's "
     "last rank whatever its load (an affinity gone wrong), the rest to the least-loaded "
     "rank; with --dp-ranks over 1, the last rank's queue grows while its peers idle",
@@ -77,6 +80,7 @@ class Faults:
     metrics_error_rate: float = 0.0
     dp_pin_rate: float = 0.0
     frontend_delay: float = 0.0
+    kv_transfer_delay: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return dataclasses.asdict(self)

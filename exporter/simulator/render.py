@@ -85,9 +85,14 @@ def _families(store: Store, fmt: str, hidden: frozenset[str]) -> list[_Family]:
             fam.series[key] = (
                 converted if previous is None else _combine(source.kind, previous, converted)
             )
+    # A feature is on where a family only it has has series (speculative decoding, P/D).
+    on = {s.feature for s in sources_for(fmt) if s.feature and store.series(s.target.name)}
     for row in unmapped_for(fmt):
-        families[row.name] = _unmapped(store, row)
-    return list(families.values())
+        if not row.feature or row.feature in on:
+            families[row.name] = _unmapped(store, row)
+    # A family the engine has only with a feature on (speculative decoding, P/D) is absent
+    # with it off, not an empty family.
+    return [f for f in families.values() if f.series]
 
 
 #: Normalized labels the unmapped families' engine labels come from (vLLM's names).

@@ -36,6 +36,7 @@ class SeqFaults:
     stall: float = 0.0
     stall_after: int = 0
     tokens_per_step: int = 1
+    kv_transfer_delay: float = 0.0
 
 
 @dataclass(eq=False)
@@ -61,6 +62,10 @@ class Sequence:
     first_token_ts: float | None = None
     last_token_ts: float | None = None
     ready_at: float = 0.0
+    #: With P/D: how long its prompt's KV took to arrive, and until when it is still being
+    #: handed over (the request waits deferred).
+    transfer_seconds: float = 0.0
+    transfer_until: float = 0.0
     stalled: bool = False
     admitted: int = 0
     preemptions: int = 0

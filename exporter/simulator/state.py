@@ -4,6 +4,7 @@ data-parallel rank), their stats, and the faults. The HTTP handlers reach it thr
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -13,7 +14,7 @@ from exporter.simulator import render
 from exporter.simulator.engine import Engine
 from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import Faults
-from exporter.simulator.stats import EngineStats, Store
+from exporter.simulator.stats import EngineStats, ServerStats, Store
 
 DEFAULT_MODEL = "simulated-model"
 
@@ -65,6 +66,7 @@ class Simulator:
         self.faults = settings.faults
         self.rng = random.Random(settings.seed)
         self.store = Store()
+        self.stats = ServerStats(self.store)
         # SGLang labels dp_rank only when it runs data-parallel.
         self.hidden_labels = (
             {"dp_rank"} if settings.format == "sglang" and settings.dp_ranks == 1 else set()
@@ -73,8 +75,10 @@ class Simulator:
         for model in settings.models:
             ranks = []
             for rank in range(settings.dp_ranks):
-                stats = EngineStats(self.store, settings.format, model, rank)
-                ranks.append((Engine(model, rank, self.config, stats), stats))
+                stats = EngineStats(self.store, settings.format, model, rank, self.config)
+                # Its own seed, so the shared generator's draws stay what they were.
+                seed = zlib.crc32(f"{settings.seed}/{model}/{rank}".encode())
+                ranks.append((Engine(model, rank, self.config, stats, seed), stats))
             self.engines[model] = ranks
 
     def start(self) -> None:

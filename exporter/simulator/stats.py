@@ -10,11 +10,13 @@ imitated, not metric names, so they live in this module.
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from exporter import metrics as m
 from exporter.simulator.engine import Engine
+from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.sequence import Sequence
 
 Labels = tuple[tuple[str, str], ...]
@@ -38,6 +40,9 @@ SGLANG_QUEUE = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0
                 400.0, 500.0, 600.0, 700.0, 800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0,
                 1800.0, 2000.0, 2500.0, 3000.0)
 
+#: vLLM's NIXL transfer-time buckets (vllm/distributed/kv_transfer nixl_connector).
+VLLM_KV_TRANSFER = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0,
+                    5.0)
 #: vLLM's build_1_2_5_buckets(max_model_len) for per-request token counts.
 VLLM_TOKENS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0)
 VLLM_STEP_TOKENS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
@@ -59,6 +64,7 @@ _VLLM = {
     m.ENGINE_QUEUE_TIME.name: VLLM_REQUEST,
     m.ENGINE_PREFILL_TIME.name: VLLM_REQUEST,
     m.ENGINE_DECODE_TIME.name: VLLM_REQUEST,
+    m.ENGINE_KV_TRANSFER_TIME.name: VLLM_KV_TRANSFER,
 }
 BUCKETS: dict[str, dict[str, tuple[float, ...]]] = {
     "vllm": _VLLM,
@@ -170,10 +176,29 @@ HISTOGRAMS = (
 )
 
 
+#: Families an engine has only with the feature on, as vLLM creates them only then.
+SPECULATIVE = (m.ENGINE_SPEC_DRAFTS, m.ENGINE_SPEC_DRAFT_TOKENS, m.ENGINE_SPEC_ACCEPTED_TOKENS)
+
+
+class ServerStats:
+    """What the API server, not an engine, reports: its own CPU, as the work it stands in
+    for (tokenizing, templating: ``frontend_delay``) that an engine's API server spends on
+    its one Python process. Not the simulator's own CPU, which models nothing, so an idle
+    simulator reads the same twice."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        store.add(m.ENGINE_PROCESS_CPU, (), 0.0)
+
+    def frontend(self, seconds: float) -> None:
+        self.store.add(m.ENGINE_PROCESS_CPU, (), seconds)
+
+
 class EngineStats:
     """One engine's observer (engine.Observer): its facts, as normalized families."""
 
-    def __init__(self, store: Store, fmt: str, model: str, dp_rank: int) -> None:
+    def __init__(self, store: Store, fmt: str, model: str, dp_rank: int,
+                 config: EngineConfig | None = None) -> None:
         self.store = store
         self.labels = labels_of(model, dp_rank)
         self._buckets = BUCKETS[fmt]
@@ -194,6 +219,12 @@ class EngineStats:
             store.add(m.ENGINE_ADMISSION_REJECTIONS, self._with(reason=reason), 0.0)
         for family in HISTOGRAMS:
             self._hist(family)
+        config = config or EngineConfig()
+        if config.speculative_tokens:
+            for family in SPECULATIVE:
+                store.add(family, self.labels, 0.0)
+        if config.pd:
+            self._hist(m.ENGINE_KV_TRANSFER_TIME)
 
     def _reason(self, reason: str) -> Labels:
         return labels_of(self._model, self._dp_rank, finished_reason=reason)
@@ -218,12 +249,24 @@ class EngineStats:
     def prompt_done(self, seq: Sequence) -> None:
         prompt = len(seq.prompt)
         cached = min(seq.cached_tokens or 0, prompt)
+        # With P/D all but the last token's KV came from the prefill instance.
+        external = prompt - 1 if seq.transfer_seconds else 0
         self.store.add(m.ENGINE_PROMPT_TOKENS, self.labels, prompt)
-        self.store.add(m.ENGINE_PROMPT_TOKENS_CACHED, self.labels, cached)
+        self.store.add(m.ENGINE_PROMPT_TOKENS_CACHED, self.labels, cached + external)
         self.store.add(m.ENGINE_PROMPT_TOKENS_BY_SOURCE, self._source("local_cache_hit"), cached)
+        self.store.add(m.ENGINE_PROMPT_TOKENS_BY_SOURCE, self._source("external_kv_transfer"),
+                       external)
         self.store.add(
-            m.ENGINE_PROMPT_TOKENS_BY_SOURCE, self._source("local_compute"), prompt - cached
+            m.ENGINE_PROMPT_TOKENS_BY_SOURCE, self._source("local_compute"),
+            prompt - cached - external,
         )
+        if seq.transfer_seconds:
+            self._hist(m.ENGINE_KV_TRANSFER_TIME).observe(seq.transfer_seconds)
+
+    def drafted(self, seq: Sequence, drafts: int, accepted: int) -> None:
+        self.store.add(m.ENGINE_SPEC_DRAFTS, self.labels)
+        self.store.add(m.ENGINE_SPEC_DRAFT_TOKENS, self.labels, drafts)
+        self.store.add(m.ENGINE_SPEC_ACCEPTED_TOKENS, self.labels, accepted)
 
     def stepped(self, tokens: int, context: int) -> None:
         self._hist(m.ENGINE_STEP_TOKENS).observe(tokens)
@@ -270,12 +313,16 @@ class EngineStats:
 
     # --- gauges, sampled at scrape time -----------------------------------------------
     def sample(self, engine: Engine) -> None:
-        self.store.set(m.ENGINE_REQUESTS_RUNNING, self.labels, len(engine.running))
-        self.store.set(m.ENGINE_REQUESTS_WAITING, self.labels, len(engine.waiting))
-        # Every simulated wait is for room in the batch or the KV cache.
+        # A request whose KV is still arriving from the prefill instance waits, deferred (as
+        # vLLM's WAITING_FOR_REMOTE_KVS); every other wait is for room in the batch or cache.
+        now = time.monotonic()
+        deferred = sum(1 for seq in engine.running if seq.transfer_until > now)
+        self.store.set(m.ENGINE_REQUESTS_RUNNING, self.labels, len(engine.running) - deferred)
+        self.store.set(m.ENGINE_REQUESTS_WAITING, self.labels, len(engine.waiting) + deferred)
         self.store.set(m.ENGINE_REQUESTS_WAITING_BY_REASON, self._with(reason="capacity"),
                        len(engine.waiting))
-        self.store.set(m.ENGINE_REQUESTS_WAITING_BY_REASON, self._with(reason="deferred"), 0)
+        self.store.set(m.ENGINE_REQUESTS_WAITING_BY_REASON, self._with(reason="deferred"),
+                       deferred)
         self.store.set(
             m.ENGINE_KV_CACHE_USAGE, self.labels, engine.used_blocks() / engine.config.kv_blocks
         )

@@ -62,7 +62,13 @@ class Source:
     #: when an engine exposes both (vLLM 0.9.2-0.11 did, with equal values).
     legacy: bool = False
     note: str = ""
+    #: What the engine must run with to serve it at all (``FEATURES``); "" for always.
+    feature: str = ""
 
+
+#: Engine features some families exist only with.
+SPECULATIVE, PD = "speculative decoding", "P/D (a KV connector)"
+FEATURES = (SPECULATIVE, PD)
 
 _VLLM = {"model_name": "model", "engine": "dp_rank"}
 _VLLM_REASON = {**_VLLM, "finished_reason": "finished_reason"}
@@ -134,6 +140,18 @@ SOURCES: tuple[Source, ...] = (
            m.ENGINE_ESTIMATED_WRITE_BYTES, labels=_VLLM),
     Source("vllm", "vllm:estimated_flops_per_gpu_total", C, m.ENGINE_ESTIMATED_FLOPS,
            labels=_VLLM),
+    # The API server's own process collector (prometheus_client's, on the same /metrics):
+    # one process per API server, hence no model or engine label.
+    Source("vllm", "process_cpu_seconds_total", C, m.ENGINE_PROCESS_CPU,
+           note="the API server process; no `vllm:` prefix"),
+    Source("vllm", "vllm:spec_decode_num_drafts_total", C, m.ENGINE_SPEC_DRAFTS, labels=_VLLM,
+           feature=SPECULATIVE),
+    Source("vllm", "vllm:spec_decode_num_draft_tokens_total", C, m.ENGINE_SPEC_DRAFT_TOKENS,
+           labels=_VLLM, feature=SPECULATIVE),
+    Source("vllm", "vllm:spec_decode_num_accepted_tokens_total", C,
+           m.ENGINE_SPEC_ACCEPTED_TOKENS, labels=_VLLM, feature=SPECULATIVE),
+    Source("vllm", "vllm:nixl_xfer_time_seconds", H, m.ENGINE_KV_TRANSFER_TIME, labels=_VLLM,
+           feature=PD, note="the NIXL connector's"),
     # --- trtllm-serve /prometheus/metrics (collector.py, adapted from vLLM 0.10) ---------
     Source("trtllm", "trtllm_num_requests_running", G, m.ENGINE_REQUESTS_RUNNING,
            labels=_TRTLLM, note="needs enable_iter_perf_stats"),
@@ -253,6 +271,8 @@ def markdown() -> str:
     ]
     for src in SOURCES:
         notes = [src.note] if src.note else []
+        if src.feature:
+            notes.insert(0, f"only with {src.feature}")
         if src.legacy:
             notes.insert(0, "legacy name")
         for old, new in ALIASES.get(src.engine, ()):

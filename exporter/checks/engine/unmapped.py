@@ -30,6 +30,8 @@ class Unmapped:
     why: str
     #: Label values the engine pre-creates (one series each), where it does.
     values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: What the engine must run with to serve it at all (table.FEATURES); "" for always.
+    feature: str = ""
 
 
 _ME = ("engine", "model_name")

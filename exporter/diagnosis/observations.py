@@ -213,6 +213,12 @@ _ENGINE_PROMPT = Increase(metrics.ENGINE_PROMPT_TOKENS.name)
 _MODEL = tuple(x for x in metrics.ENGINE_SERIES_LABELS if x not in ("target", "dp_rank"))
 #: What tells one data-parallel rank of an engine apart: ranks are per model.
 RANK = tuple(x for x in metrics.ENGINE_SERIES_LABELS if x in ("model", "dp_rank"))
+_REASON = metrics.ENGINE_REQUESTS_WAITING_BY_REASON.labels[-1]
+_SOURCE = metrics.ENGINE_PROMPT_TOKENS_BY_SOURCE.labels[-1]
+_PREFIX_HITS = Ratio(Increase(metrics.ENGINE_PREFIX_CACHE_HITS.name),
+                     Increase(metrics.ENGINE_PREFIX_CACHE_QUERIES.name))
+_ACCEPTANCE = Ratio(Increase(metrics.ENGINE_SPEC_ACCEPTED_TOKENS.name),
+                    Increase(metrics.ENGINE_SPEC_DRAFT_TOKENS.name))
 
 
 @dataclass(frozen=True)
@@ -285,6 +291,32 @@ class EngineWindow:
     prefill_rate_max: float | None = measured(ENGINE, PeakRatio(
         metrics.ENGINE_PROMPT_TOKENS.name, _sum(metrics.ENGINE_PREFILL_TIME)))
     request_rate_baseline: float | None = measured(ENGINE, Baseline(PerSecond(_FINISHED)))
+    #: Mean seconds per request of prefill (first scheduled to first token) and of queue,
+    #: from the engine's own histograms, and prefill's off-peak mean.
+    prefill_mean: float | None = measured(ENGINE, _mean(metrics.ENGINE_PREFILL_TIME))
+    prefill_mean_baseline: float | None = measured(
+        ENGINE, Baseline(_mean(metrics.ENGINE_PREFILL_TIME)))
+    queue_mean: float | None = measured(ENGINE, _mean(metrics.ENGINE_QUEUE_TIME))
+    #: CPU of the engine's API server process, in cores: near 1, its one Python process
+    #: (tokenizing, templating) is saturated.
+    process_cpu: float | None = measured(ENGINE, PerSecond(Increase(
+        metrics.ENGINE_PROCESS_CPU.name)))
+    #: Prompt tokens served from the prefix cache over those looked up, and off-peak.
+    prefix_hit_ratio: float | None = measured(ENGINE, _PREFIX_HITS)
+    prefix_hit_ratio_baseline: float | None = measured(ENGINE, Baseline(_PREFIX_HITS))
+    #: Speculative decoding: accepted over proposed draft tokens, and off-peak.
+    spec_acceptance: float | None = measured(ENGINE, _ACCEPTANCE)
+    spec_acceptance_baseline: float | None = measured(ENGINE, Baseline(_ACCEPTANCE))
+    #: P/D: requests waiting deferred (for their KV) on average, the share of prompt tokens
+    #: whose KV came from a prefill instance, and the mean KV transfer time.
+    deferred: float | None = measured(ENGINE, MeanOverTime(
+        metrics.ENGINE_REQUESTS_WAITING_BY_REASON.name,
+        match=((_REASON, metrics.ENGINE_WAITING_REASONS[1]),)))
+    external_kv_share: float | None = measured(ENGINE, Ratio(
+        Increase(metrics.ENGINE_PROMPT_TOKENS_BY_SOURCE.name,
+                 match=((_SOURCE, metrics.ENGINE_PROMPT_SOURCES[2]),)),
+        Increase(metrics.ENGINE_PROMPT_TOKENS_BY_SOURCE.name)))
+    kv_transfer_mean: float | None = measured(ENGINE, _mean(metrics.ENGINE_KV_TRANSFER_TIME))
 
     @property
     def engine_seconds(self) -> float | None:

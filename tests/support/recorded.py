@@ -78,6 +78,8 @@ class Fleet:
     #: Draws for the families added after the fleet was first recorded, so those before
     #: keep their numbers.
     later: random.Random = field(default_factory=lambda: random.Random(22))
+    #: Likewise for the first token's budget, added after those.
+    budget: random.Random = field(default_factory=lambda: random.Random(23))
     counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
     hists: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = field(default_factory=dict)
 
@@ -204,7 +206,46 @@ def _path_tick(f: Fleet, minute: int, first: bool) -> list[RawSample]:
 _ENGINE_NAMES = tuple(x.name for x in (
     metrics.ENGINE_PROMPT_TOKENS, metrics.ENGINE_PREEMPTIONS, metrics.ENGINE_REQUESTS_FINISHED,
     metrics.ENGINE_TTFT, metrics.ENGINE_ITL, metrics.ENGINE_E2E, metrics.ENGINE_QUEUE_TIME,
-    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME))
+    metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME, metrics.ENGINE_PREFIX_CACHE_QUERIES,
+    metrics.ENGINE_PREFIX_CACHE_HITS, metrics.ENGINE_SPEC_DRAFTS, metrics.ENGINE_SPEC_DRAFT_TOKENS,
+    metrics.ENGINE_SPEC_ACCEPTED_TOKENS, metrics.ENGINE_PROMPT_TOKENS_BY_SOURCE,
+    metrics.ENGINE_KV_TRANSFER_TIME, metrics.ENGINE_PROCESS_CPU))
+
+
+def _budget_tick(f: Fleet, minute: int) -> list[RawSample]:
+    """What the first token's budget reads beyond queue and prefill, from its own draws: the
+    prefix cache's hits fall and the drafts' acceptance drops once busy, the API server's
+    CPU climbs, a KV handover is slow."""
+    r, busy = f.budget, minute >= 40
+    main = {"target": "main", "engine": "vllm", "model": "", "dp_rank": ""}
+    out: list[RawSample] = [f.add(metrics.ENGINE_PROCESS_CPU.name, main,
+                                  INTERVAL * r.uniform(0.8, 1.0) if busy
+                                  else INTERVAL * r.uniform(0.1, 0.3))]
+    for values in VLLM:
+        labels = dict(zip(metrics.ENGINE_SERIES_LABELS, values, strict=True))
+        prompt, done = r.randint(200, 2000), r.randint(0, 4)
+        hit = int(prompt * (r.uniform(0.0, 0.1) if busy else r.uniform(0.5, 0.9)))
+        external = int(prompt * r.uniform(0.0, 0.3))
+        out.append(f.add(metrics.ENGINE_PREFIX_CACHE_QUERIES.name, labels, prompt))
+        out.append(f.add(metrics.ENGINE_PREFIX_CACHE_HITS.name, labels, hit))
+        for source, n in (("local_cache_hit", hit), ("external_kv_transfer", external),
+                          ("local_compute", prompt - hit - external)):
+            out.append(f.add(metrics.ENGINE_PROMPT_TOKENS_BY_SOURCE.name,
+                             {**labels, "source": source}, max(0, n)))
+        drafts = r.randint(10, 40)
+        accepted = sum(r.random() < (0.2 if busy else 0.7) for _ in range(3 * drafts))
+        out.append(f.add(metrics.ENGINE_SPEC_DRAFTS.name, labels, drafts))
+        out.append(f.add(metrics.ENGINE_SPEC_DRAFT_TOKENS.name, labels, 3 * drafts))
+        out.append(f.add(metrics.ENGINE_SPEC_ACCEPTED_TOKENS.name, labels, accepted))
+        waiting = float(r.randint(0, 3))
+        for reason, n in (("capacity", waiting), ("deferred", float(r.randint(0, 2)))):
+            out.append((metrics.ENGINE_REQUESTS_WAITING_BY_REASON.name,
+                        {**labels, "reason": reason}, n))
+        transfer = f.hist(metrics.ENGINE_KV_TRANSFER_TIME, labels, ENGINE_BOUNDS)
+        for _ in range(done):
+            transfer.observe(r.lognormvariate(math.log(0.4 if busy else 0.05), 0.3))
+        out += transfer.samples(metrics.ENGINE_KV_TRANSFER_TIME.name, labels)
+    return out
 
 
 def _engine_tick(f: Fleet, minute: int) -> list[RawSample]:
@@ -324,6 +365,7 @@ def ticks(start: float, seed: int = 20) -> Iterator[tuple[float, list[RawSample]
         yield at, [
             (metrics.EXPORTER_PEAK_WINDOW.name, {"window": "evening"}, 1.0 if peak else 0.0),
             *_probe_tick(f, minute), *_path_tick(f, minute, first), *_engine_tick(f, minute),
+            *_budget_tick(f, minute),
             *_gpu_tick(f, minute, first), *_check_tick(f, minute),
             *_clients_tick(f, clients, minute),
         ]

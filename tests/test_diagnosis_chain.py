@@ -78,6 +78,22 @@ CASES: dict[str, tuple[Observations, str, dict[str, str]]] = {
                      "engine", {"engine": "main"}),
     "slow_decode": (all_probes(with_engine(healthy(), **SLOW_DECODE), tpot_p95=0.22),
                     "engine", {"engine": "main"}),
+    # The engine's API server holds each request 1.2 s before queueing it: no prefill's.
+    "frontend": (all_probes(with_engine(healthy(), ttft_p95=2.0, frontend_mean=1.2,
+                                        process_cpu=0.97), **SLOW_ALL),
+                 "engine", {"engine": "main"}),
+    # A decode instance waits 1.1 s for each prompt's KV from its prefill instance.
+    "kv_transfer": (all_probes(with_engine(healthy(), ttft_p95=2.0, kv_transfer_mean=1.1,
+                                           deferred=3.0, external_kv_share=0.99), **SLOW_ALL),
+                    "engine", {"engine": "main"}),
+    # A timestamp at the head of the shared system prompt: 89% of prompt tokens hit before.
+    "prefix_cache_miss": (all_probes(with_engine(
+        healthy(), ttft_p95=2.0, prefix_hit_ratio=0.0, prefix_hit_ratio_baseline=0.89,
+        prefill_mean=0.6, prefill_mean_baseline=0.15), **SLOW_ALL), "engine", {"engine": "main"}),
+    # Drafts accepted 15% of the time against 70%: the stream slows, each step's gap does not.
+    "spec_decode": (all_probes(with_engine(healthy(), spec_acceptance=0.15,
+                                           spec_acceptance_baseline=0.7), tpot_p95=0.22),
+                    "engine", {"engine": "main"}),
     "kv_cache_pressure": (all_probes(with_engine(healthy(), kv_cache_usage=0.99,
                                                  preemptions=14.0, **QUEUED), **SLOW_ALL),
                           "engine", {"engine": "main"}),

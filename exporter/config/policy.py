@@ -241,6 +241,14 @@ class DiagnosisConfig(StrictModel):
     # baseline): a slow engine makes any prompt cost the budget, and a chat turn of a few
     # hundred tokens is not what an SRE trims.
     long_prompt_tokens: Annotated[int, Field(ge=1)] = 1024
+    # The engine's first token, beyond queue and prefill: time in its API server before the
+    # engine queues a request (tokenizing, templating), or a KV handover from a prefill
+    # instance, per request over this share of the TTFT SLO: that part is the cause.
+    frontend_share: Ratio = 0.5
+    kv_transfer_share: Ratio = 0.5
+    # A prefix cache that hit at least this share of prompt tokens off-peak and now hits
+    # drift_ratio times less, while prefill per request grew: the prompts stopped sharing.
+    prefix_hit_min: Ratio = 0.2
 
     @model_validator(mode="after")
     def _window_in_history(self) -> DiagnosisConfig:

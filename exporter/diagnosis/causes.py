@@ -196,6 +196,50 @@ IMBALANCE = Cause(
     thresholds=("alerting.imbalance_ratio", "alerting.imbalance_min_waiting",
                 "alerting.imbalance_kv_gap"))
 
+FRONTEND = Cause(
+    "engine", "frontend",
+    "the engine's API server holds requests before queueing them (tokenizing, templating)",
+    FIRST_TOKEN | FAILURES, TIMEOUT, (
+        "Check the API server's CPU (llm_engine_process_cpu_seconds_total): near one core, "
+        "its single Python process is saturated; run more API server processes (vLLM "
+        "--api-server-count) or replicas.",
+        "Look for costly preprocessing: long chat templates, multimodal inputs, a tokenizer "
+        "without its fast implementation; and for other jobs on the host's CPUs.",
+    ),
+    absorbs=(SLOW_PREFILL,), thresholds=("diagnosis.frontend_share",))
+PREFIX_CACHE_MISS = Cause(
+    "engine", "prefix_cache_miss",
+    "the prefix cache stopped hitting and prefill per request grew",
+    FIRST_TOKEN, TIMEOUT, (
+        "Look for something unique at the head of shared prompts (a timestamp, a request id, "
+        "a user's name in the system prompt): move it after the shared part.",
+        "Check the cache holds the prefixes in use (KV cache usage, cache size) and that "
+        "requests sharing a prefix reach the same instance (router affinity).",
+    ),
+    absorbs=(SLOW_PREFILL,), thresholds=("diagnosis.prefix_hit_min", "diagnosis.drift_ratio"))
+SPEC_DECODE = Cause(
+    "engine", "spec_decode",
+    "speculative decoding's draft tokens are accepted less, so each step yields fewer tokens",
+    TPOT, TIMEOUT, (
+        "The drafts no longer fit the text: ngram drafts need repetition, a draft model "
+        "drifts from its target. Lower num_speculative_tokens, or serve this traffic without "
+        "speculation.",
+        "Compare acceptance per draft position (vllm:spec_decode_num_accepted_tokens_per_pos)"
+        " and per model before and after the change.",
+    ),
+    absorbs=(SLOW_DECODE,), thresholds=("diagnosis.drift_ratio",))
+KV_TRANSFER = Cause(
+    "engine", "kv_transfer",
+    "the KV handover from a prefill instance to this decode instance takes the first token's "
+    "time", FIRST_TOKEN | FAILURES, TIMEOUT, (
+        "Check the link between the prefill and decode instances (RDMA, NVLink, the NIXL "
+        "backend) and its failed transfers.",
+        "Check the prefill instances' own queue and the decode instance's deferred requests: "
+        "add prefill capacity or move the pair closer.",
+    ),
+    # Requests waiting for their KV wait in the queue.
+    absorbs=(SLOW_PREFILL, QUEUEING), thresholds=("diagnosis.kv_transfer_share",))
+
 # --- gpu ----------------------------------------------------------------------------------
 #: A GPU cause says why its engine's time split (slow prefill, slow decode) is slow.
 SPLIT = (SLOW_PREFILL, SLOW_DECODE)
@@ -287,7 +331,8 @@ NO_DATA = Cause(
 CAUSES: tuple[Cause, ...] = (
     PACKET_LOSS, JITTER, RTT_FLOOR, ROUTE_CHANGE, PEAK_CONGESTION, CONNECTION_SETUP,
     STREAM_STALLS,
-    DOWN, QUEUEING, SLOW_PREFILL, SLOW_DECODE, KV_CACHE_PRESSURE, IMBALANCE,
+    DOWN, QUEUEING, SLOW_PREFILL, SLOW_DECODE, KV_CACHE_PRESSURE, IMBALANCE, FRONTEND,
+    PREFIX_CACHE_MISS, SPEC_DECODE, KV_TRANSFER,
     THROTTLING, MEMORY_FULL, XID_ERRORS, UNDERUTILIZED, MEMORY_BANDWIDTH,
     LONG_PROMPTS, RATE_LIMITED, CLIENT_CONCURRENCY, CLIENT_TIMEOUTS,
     NO_DATA,

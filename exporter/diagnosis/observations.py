@@ -297,6 +297,14 @@ class EngineWindow:
     prefill_mean_baseline: float | None = measured(
         ENGINE, Baseline(_mean(metrics.ENGINE_PREFILL_TIME)))
     queue_mean: float | None = measured(ENGINE, _mean(metrics.ENGINE_QUEUE_TIME))
+    #: Per finished request, its time in the engine's API server before the engine queued
+    #: it (tokenizing, templating): end to end less queue, prefill and decode, all four
+    #: counted when a request finishes, so over the same requests. 0 where the engine
+    #: stamps arrival once it has tokenized (vLLM does on some endpoints, vllm#37498).
+    frontend_mean: float | None = measured(ENGINE, Ratio(Diff(Diff(Diff(
+        Increase(_sum(metrics.ENGINE_E2E)), Increase(_sum(metrics.ENGINE_QUEUE_TIME))),
+        Increase(_sum(metrics.ENGINE_PREFILL_TIME))), Increase(_sum(metrics.ENGINE_DECODE_TIME))),
+        Increase(_count(metrics.ENGINE_E2E))))
     #: CPU of the engine's API server process, in cores: near 1, its one Python process
     #: (tokenizing, templating) is saturated.
     process_cpu: float | None = measured(ENGINE, PerSecond(Increase(

@@ -59,6 +59,10 @@ class Thresholds:
     request_rate_growth: float = 1.5
     prompt_budget_share: float = 0.5
     long_prompt_tokens: int = 1024
+    # engine: the budget beyond queue and prefill
+    frontend_share: float = 0.5
+    kv_transfer_share: float = 0.5
+    prefix_hit_min: float = 0.2
 
     def route_rank(self, route_class: str) -> int:
         """Position in the configured order, best first; unknown classes rank last."""
@@ -107,4 +111,7 @@ def resolve(config: Config) -> Thresholds:
         request_rate_growth=d.request_rate_growth,
         prompt_budget_share=d.prompt_budget_share,
         long_prompt_tokens=d.long_prompt_tokens,
+        frontend_share=d.frontend_share,
+        kv_transfer_share=d.kv_transfer_share,
+        prefix_hit_min=d.prefix_hit_min,
     )

@@ -279,8 +279,11 @@ def _engine_tick(f: Fleet, minute: int) -> list[RawSample]:
             hists[metrics.ENGINE_QUEUE_TIME].observe(queue)
             hists[metrics.ENGINE_PREFILL_TIME].observe(prefill)
             hists[metrics.ENGINE_DECODE_TIME].observe(decode)
-            hists[metrics.ENGINE_TTFT].observe(queue + prefill)
-            hists[metrics.ENGINE_E2E].observe(queue + prefill + decode)
+            # Time in the API server before the engine queued it: in TTFT and E2E (as vLLM
+            # stamps arrival before tokenizing), in neither queue nor prefill.
+            frontend = 0.2 if busy else 0.005
+            hists[metrics.ENGINE_TTFT].observe(frontend + queue + prefill)
+            hists[metrics.ENGINE_E2E].observe(frontend + queue + prefill + decode)
             for _ in range(4):
                 hists[metrics.ENGINE_ITL].observe(r.choice((0.03, 0.04, 0.05, 3.0 if busy
                                                             else 0.06)))

@@ -19,6 +19,7 @@ from exporter.diagnosis.causes import (
 )
 from exporter.diagnosis.observations import EngineWindow
 from exporter.diagnosis.result import Evidence
+from exporter.diagnosis.steps import budget
 from exporter.diagnosis.steps.base import (
     Case,
     EngineState,
@@ -128,7 +129,12 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
     cleared.append(q)
     if not known:  # not queueing, exactly; prefill and decode need the engine's numbers
         return (out or None) if st.slow else out
-    if out or not st.slow:
+    # Drafts accepted less slow the stream while each step's gap stays what it was: the
+    # probes' TPOT shows it where the engine's inter-token latency may not.
+    spec = budget.stream(case, st, lab)
+    spec_slow = spec is not None and (st.slow_decode or any("tpot" in ps.open
+                                                            for ps in st.probes))
+    if out or not (st.slow or spec_slow):
         return out
     assert e.prefill_seconds is not None and e.decode_seconds is not None
     # Inference dominates: which half. Per-request means say where the time went; the
@@ -142,10 +148,17 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
             ev.append(case.evidence(metrics.ENGINE_TTFT.name, e.ttft_p95, lab, st.slo_ttft,
                                     grid=e.ttft_buckets))
             coarse = resolution(e.ttft_p95, e.ttft_buckets, st.slo_ttft, "TTFT SLO")
-        add(SLOW_PREFILL, f"Engine {e.engine}'s prefill takes {secs(e.prefill_seconds / n)} "
-            f"per request with little queueing ({pct(share)}){coarse}", ev,
-            strength(e.ttft_p95 or st.slo_ttft, st.slo_ttft, 0.6))
-    if st.slow_decode:
+        # Where the first token's time goes beyond prefill names the cause; else prefill
+        # is it, with how much of the excess it accounts for.
+        why = budget.first_token(case, st, lab)
+        if why is not None:
+            add(why.cause, why.headline + coarse, [*why.evidence, *ev], why.strength)
+        else:
+            add(SLOW_PREFILL, f"Engine {e.engine}'s prefill takes "
+                f"{secs(e.prefill_seconds / n)} per request with little queueing "
+                f"({pct(share)}){budget.accounts(e.prefill_seconds / n, budget.over_first(st))}"
+                f"{coarse}", ev, strength(e.ttft_p95 or st.slo_ttft, st.slo_ttft, 0.6))
+    if st.slow_decode or spec_slow:
         ev = [case.evidence(PER_REQUEST.format(metrics.ENGINE_DECODE_TIME.name),
                             e.decode_seconds / n, lab)]
         coarse = ""
@@ -153,10 +166,13 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
             ev.append(case.evidence(metrics.ENGINE_ITL.name, e.itl_p95, lab, st.slo_tpot,
                                     grid=e.itl_buckets))
             coarse = resolution(e.itl_p95, e.itl_buckets, st.slo_tpot, "TPOT SLO")
-        add(SLOW_DECODE, f"Engine {e.engine} decodes slowly: inter-token P95 "
-            f"{secs(e.itl_p95 or 0)} (SLO {secs(st.slo_tpot)}), decode "
-            f"{secs(e.decode_seconds / n)} per request{coarse}", ev,
-            strength(e.itl_p95 or st.slo_tpot, st.slo_tpot, 0.6))
+        if spec is not None:
+            add(spec.cause, spec.headline + coarse, [*spec.evidence, *ev], spec.strength)
+        else:
+            add(SLOW_DECODE, f"Engine {e.engine} decodes slowly: inter-token P95 "
+                f"{secs(e.itl_p95 or 0)} (SLO {secs(st.slo_tpot)}), decode "
+                f"{secs(e.decode_seconds / n)} per request{coarse}", ev,
+                strength(e.itl_p95 or st.slo_tpot, st.slo_tpot, 0.6))
     return out
 
 

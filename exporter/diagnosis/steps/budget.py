@@ -1,0 +1,115 @@
+"""The engine's share of the first token and of the stream, part by part: what a slow engine's
+verdict accounts with. Where the time an engine adds before its first token goes (its API
+server before it queues, a KV handover from a prefill instance, a prefill the prefix cache
+no longer spares), and why its stream slowed (drafts accepted less); each part judged on its
+own line and said against the excess over the SLO it is to explain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter import metrics
+from exporter.diagnosis.causes import FRONTEND, KV_TRANSFER, PREFIX_CACHE_MISS, SPEC_DECODE, Cause
+from exporter.diagnosis.result import Evidence
+from exporter.diagnosis.steps.base import Case, EngineState
+from exporter.diagnosis.steps.words import pct, secs, strength
+
+#: Evidence names: the families read and the arithmetic done on them.
+FRONTEND_PART = (f"({metrics.ENGINE_E2E.name} - queue - prefill - decode) per request, "
+                 "before the engine queued it")
+PROCESS_CPU = f"rate({metrics.ENGINE_PROCESS_CPU.name})"
+KV_PART = f"{metrics.ENGINE_KV_TRANSFER_TIME.name} mean"
+DEFERRED = f"{metrics.ENGINE_REQUESTS_WAITING_BY_REASON.name}{{reason=\"deferred\"}} mean"
+EXTERNAL = (f"{metrics.ENGINE_PROMPT_TOKENS_BY_SOURCE.name}{{source=\"external_kv_transfer\"}}"
+            " share")
+PREFIX_HITS = (f"{metrics.ENGINE_PREFIX_CACHE_HITS.name} / "
+               f"{metrics.ENGINE_PREFIX_CACHE_QUERIES.name}")
+PREFILL_MEAN = f"{metrics.ENGINE_PREFILL_TIME.name} mean"
+ACCEPTANCE = (f"{metrics.ENGINE_SPEC_ACCEPTED_TOKENS.name} / "
+              f"{metrics.ENGINE_SPEC_DRAFT_TOKENS.name}")
+
+
+@dataclass(frozen=True)
+class Why:
+    """A deeper cause of an engine's slow first token or stream: the clause that names it,
+    its evidence, and how far past its line it is."""
+
+    cause: Cause
+    headline: str
+    evidence: list[Evidence]
+    strength: float
+
+
+def over_first(st: EngineState) -> float | None:
+    """How far the engine's own TTFT P95 is over its SLO: the excess a verdict accounts for."""
+    e = st.engine
+    return None if e.ttft_p95 is None else max(0.0, e.ttft_p95 - st.slo_ttft)
+
+
+def accounts(part: float, over: float | None) -> str:
+    """The clause that says how much of the excess a part covers."""
+    if not over:
+        return ""
+    return f"; that is {secs(part)} of the {secs(over)} the TTFT P95 is over its SLO"
+
+
+def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
+    """A part of the engine's first token over its own line: the API server, a KV handover,
+    or a prefill the prefix cache no longer spares; None when none is."""
+    e, lines, slo = st.engine, case.thresholds, st.slo_ttft
+    over = over_first(st)
+    front = e.frontend_mean
+    if front is not None and front > lines.frontend_share * slo:
+        line = lines.frontend_share * slo
+        ev = [case.evidence(FRONTEND_PART, front, lab, line)]
+        cpu = ""
+        if e.process_cpu is not None:
+            ev.append(case.evidence(PROCESS_CPU, e.process_cpu, lab, 1.0))
+            cpu = f", its process at {e.process_cpu:.2f} of a core"
+        return Why(FRONTEND, f"Engine {e.engine}'s API server holds each request {secs(front)} "
+                   f"before queueing it{cpu}{accounts(front, over)}", ev,
+                   strength(front, line))
+    kv = e.kv_transfer_mean
+    if kv is not None and kv > lines.kv_transfer_share * slo:
+        line = lines.kv_transfer_share * slo
+        ev = [case.evidence(KV_PART, kv, lab, line)]
+        if e.deferred is not None:
+            ev.append(case.evidence(DEFERRED, e.deferred, lab))
+        if e.external_kv_share is not None:
+            ev.append(case.evidence(EXTERNAL, e.external_kv_share, lab))
+        return Why(KV_TRANSFER, f"Engine {e.engine} waits {secs(kv)} per request for its KV "
+                   f"from the prefill instance ({e.deferred or 0:.3g} requests deferred on "
+                   f"average){accounts(kv, over)}", ev, strength(kv, line))
+    return _prefix(case, st, lab, over)
+
+
+def _prefix(case: Case, st: EngineState, lab: dict[str, str], over: float | None
+            ) -> Why | None:
+    e, drift = st.engine, case.thresholds.drift_ratio
+    hit, hit_base = e.prefix_hit_ratio, e.prefix_hit_ratio_baseline
+    prefill, prefill_base = e.prefill_mean, e.prefill_mean_baseline
+    if hit is None or hit_base is None or prefill is None or not prefill_base:
+        return None
+    fell = hit_base >= case.thresholds.prefix_hit_min and hit * drift < hit_base
+    if not fell or prefill <= prefill_base * drift:
+        return None
+    ev = [case.evidence(PREFIX_HITS, hit, lab, hit_base / drift, hit_base),
+          case.evidence(PREFILL_MEAN, prefill, lab, prefill_base * drift, prefill_base)]
+    return Why(PREFIX_CACHE_MISS, f"Engine {e.engine}'s prefix cache hits {pct(hit)} of "
+               f"prompt tokens (off-peak {pct(hit_base)}), so prefill takes {secs(prefill)} "
+               f"per request, {prefill / prefill_base:.1f}x its off-peak"
+               f"{accounts(prefill - prefill_base, over)}", ev,
+               strength(hit_base, max(hit, 0.01) * drift))
+
+
+def stream(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
+    """Speculative decoding's drafts accepted drift_ratio times less than off-peak: each step
+    yields fewer tokens, whatever the engine's per-step gaps say."""
+    e, drift = st.engine, case.thresholds.drift_ratio
+    now, base = e.spec_acceptance, e.spec_acceptance_baseline
+    if now is None or not base or now * drift >= base:
+        return None
+    ev = [case.evidence(ACCEPTANCE, now, lab, base / drift, base)]
+    return Why(SPEC_DECODE, f"Engine {e.engine}'s draft tokens are accepted {pct(now)} of the "
+               f"time (off-peak {pct(base)}): fewer tokens per decode step", ev,
+               strength(base, max(now, 0.01) * drift))

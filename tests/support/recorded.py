@@ -237,10 +237,9 @@ def _budget_tick(f: Fleet, minute: int) -> list[RawSample]:
         out.append(f.add(metrics.ENGINE_SPEC_DRAFTS.name, labels, drafts))
         out.append(f.add(metrics.ENGINE_SPEC_DRAFT_TOKENS.name, labels, 3 * drafts))
         out.append(f.add(metrics.ENGINE_SPEC_ACCEPTED_TOKENS.name, labels, accepted))
-        waiting = float(r.randint(0, 3))
-        for reason, n in (("capacity", waiting), ("deferred", float(r.randint(0, 2)))):
+        for reason, most in (("capacity", 3), ("deferred", 2)):
             out.append((metrics.ENGINE_REQUESTS_WAITING_BY_REASON.name,
-                        {**labels, "reason": reason}, n))
+                        {**labels, "reason": reason}, float(r.randint(0, most))))
         transfer = f.hist(metrics.ENGINE_KV_TRANSFER_TIME, labels, ENGINE_BOUNDS)
         for _ in range(done):
             transfer.observe(r.lognormvariate(math.log(0.4 if busy else 0.05), 0.3))

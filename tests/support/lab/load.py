@@ -1,12 +1,15 @@
 """Background load on the engine: other users' requests, bounded in count and time.
 
-    python -m tests.support.lab.load URL [--model NAME] --phase SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY ...
+    python -m tests.support.lab.load URL [--model NAME] --phase SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY[:SYSTEM_TOKENS:shared|unique] ...
 
 Phases run one after the other; in each, requests start at a fixed spacing of 1/RATE
 (open loop, so an engine past its capacity builds a queue, as real traffic does) while
 fewer than CONCURRENCY are in flight, and wait otherwise. It sends at most RATE x SECONDS
 requests per phase and exits when the last phase ends, cancelling what is still in flight.
-Each prompt starts with its own number, so no two share a cached prefix.
+Each user prompt starts with its own number, so no two share a cached prefix; a system
+prompt of SYSTEM_TOKENS goes ahead of it, the same for every request (``shared``, a prefix
+the engine caches) or with the request's number at its head (``unique``: nothing is shared,
+as with a timestamp at the top of a system prompt).
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ class Phase:
     prompt_tokens: int
     max_tokens: int
     concurrency: int
+    system_tokens: int = 0
+    unique: bool = False
 
 
 def phase(text: str) -> Phase:
-    s, r, p, m, c = text.split(":")
-    return Phase(float(s), float(r), int(p), int(m), int(c))
+    s, r, p, m, c, *system = text.split(":")
+    tokens, mode = (int(system[0]), system[1]) if system else (0, "shared")
+    return Phase(float(s), float(r), int(p), int(m), int(c), tokens, mode == "unique")
 
 
 #: One token per word for both engines: the simulator counts a token per four characters
@@ -43,10 +49,14 @@ FILLER = "that"
 
 def body(n: int, p: Phase, model: str) -> bytes:
     words = " ".join([FILLER] * max(0, p.prompt_tokens - 8))
+    messages = [{"role": "user", "content": f"r{n} {words}"}]
+    if p.system_tokens:
+        head = f"t{n} " if p.unique else ""
+        system = " ".join([FILLER] * max(1, p.system_tokens - 1))
+        messages.insert(0, {"role": "system", "content": head + system})
     return json.dumps({
         "model": model, "stream": True, "max_tokens": p.max_tokens,
-        "ignore_eos": True,
-        "messages": [{"role": "user", "content": f"r{n} {words}"}],
+        "ignore_eos": True, "messages": messages,
     }).encode()
 
 

@@ -261,16 +261,23 @@ class LabRun(NetRun):
             self.wait(lambda: self.client_get("/-/ready", PROMETHEUS_PORT, 1)[0] == 200, 30,
                       "prometheus")
 
+        base = s.baseline_simulator
+        if base is not None and s.baseline > 0:
+            # The known-good state the scenario then changes (applied before any load).
+            if base.faults:
+                self.sim_post("/admin/faults", base.faults)
+            if base.config:
+                self.sim_post("/admin/config", base.config)
         phases = []
         if s.baseline > 0:
-            phases.append((s.baseline, BASELINE_LOAD))
+            phases.append((s.baseline, s.baseline_load or BASELINE_LOAD))
         phases.append((s.settle + 30, s.load))  # outlasts the read, never the run
         self.watchers.append(self.spawn(self.net.site, "load", [
             sys.executable, "-m", "tests.support.lab.load",
             f"http://127.0.0.1:{SIM_PORT}/v1/chat/completions",
             f"--model={MODELS[s.engine.kind]}",
             *(f"--phase={sec}:{p.rate}:{p.prompt_tokens}:{p.max_tokens}:{p.concurrency}"
-              for sec, p in phases)]))
+              f":{p.system_prompt_tokens}:{p.system_prompt}" for sec, p in phases)]))
 
     def rerun(self, scenario: Scenario, idle_timeout: float = 120) -> None:
         """Make the lab ``scenario``'s, on the engine already running (started again if a

@@ -87,6 +87,10 @@ class Simulator(StrictModel):
     #: Stop the simulator when the scenario is applied: the engine is down.
     down: bool = False
 
+    def runtime(self) -> Simulator:
+        """Only what may change while the simulator runs (faults, engine knobs)."""
+        return Simulator(faults=self.faults, config=self.config)
+
     @field_validator("flags")
     @classmethod
     def _no_lab_flags(cls, v: dict[str, Any]) -> dict[str, Any]:
@@ -151,6 +155,16 @@ class Load(StrictModel):
     max_tokens: Annotated[int, Field(ge=1, le=4096)] = 32
     #: Requests in flight at most; arrivals beyond it wait (bounds the lab's own load).
     concurrency: Annotated[int, Field(ge=1, le=256)] = 64
+    #: A system prompt ahead of each user prompt, ``shared`` by every request (a prefix the
+    #: engine caches) or ``unique`` (a per-request head before it, as a timestamp at the top
+    #: of a system prompt makes: every request misses the cache).
+    system_prompt_tokens: Annotated[int, Field(ge=0, le=100_000)] = 0
+    system_prompt: Literal["shared", "unique"] = "shared"
+
+    @property
+    def tokens(self) -> int:
+        """The prompt tokens of one request, its system prompt included."""
+        return self.system_prompt_tokens + self.prompt_tokens
 
 
 class CarrierPath(StrictModel):
@@ -258,6 +272,10 @@ class Scenario(StrictModel):
     engine: Engine = Engine()
     simulator: Simulator = Simulator()
     load: Load = Load()
+    #: What runs during the baseline phase instead of the lab's usual load and a healthy
+    #: simulator (its faults and run-time knobs): a known-good state the scenario changes.
+    baseline_load: Load | None = None
+    baseline_simulator: Simulator | None = None
     paths: dict[Literal["mobile", "unicom", "telecom"], CarrierPath] = Field(default_factory=dict)
     gpu: Gpu = Gpu()
     probes: Probes = Probes()
@@ -283,12 +301,24 @@ class Scenario(StrictModel):
     @classmethod
     def _fits_the_model(cls, v: Load, info: ValidationInfo) -> Load:
         engine = info.data.get("engine")
-        need = v.prompt_tokens + v.max_tokens + CHAT_OVERHEAD_TOKENS
+        need = v.tokens + v.max_tokens + CHAT_OVERHEAD_TOKENS
         if engine is not None and engine.kind == "vllm" and need > MAX_MODEL_LEN:
             raise ValueError(
                 f"prompt_tokens {v.prompt_tokens} + max_tokens {v.max_tokens} (+"
                 f"{CHAT_OVERHEAD_TOKENS} of chat template) exceed the tiny model's "
                 f"--max-model-len {MAX_MODEL_LEN}")
+        return v
+
+    @field_validator("baseline_simulator")
+    @classmethod
+    def _baseline_runtime(cls, v: Simulator | None, info: ValidationInfo) -> Simulator | None:
+        if v is not None and (v.flags or v.down):
+            raise ValueError("flags and down have no baseline of their own: the simulator "
+                             "starts with simulator.flags, and stops when the scenario applies")
+        engine = info.data.get("engine")
+        if v is not None and engine is not None and engine.kind == "vllm" and (
+                v.faults or v.config):
+            raise ValueError("simulator-only: the real vLLM has no run-time knobs")
         return v
 
     @model_validator(mode="after")

@@ -123,17 +123,19 @@ class Lab:
 
     @property
     def engine(self) -> EngineConfig:
-        s = self.scenario.simulator
         # Launch flags that are engine knobs (kv_tokens, ...) first, then the run-time ones.
-        fixed: dict[str, Any] = {k: v for k, v in s.flags.items()
-                                 if k in EngineConfig.__dataclass_fields__}
-        return EngineConfig(**fixed).merged(dict(s.config))
+        return self.launched.merged(dict(self.scenario.simulator.config))
 
     @property
     def launched(self) -> EngineConfig:
-        """The engine before the scenario applies: its launch flags only."""
-        fixed: dict[str, Any] = {k: v for k, v in self.scenario.simulator.flags.items()
-                                 if k in EngineConfig.__dataclass_fields__}
+        """The engine before the scenario applies: its launch flags only (the step times
+        given in milliseconds, as ``simulate`` takes them)."""
+        fixed: dict[str, Any] = {}
+        for k, v in self.scenario.simulator.flags.items():
+            if k in EngineConfig.__dataclass_fields__:
+                fixed[k] = v
+            elif k.endswith("_ms") and k[:-3] in EngineConfig.__dataclass_fields__:
+                fixed[k[:-3]] = float(v) / 1000
         return EngineConfig(**fixed)
 
     @property
@@ -739,6 +741,12 @@ def expected(lab: Lab) -> list[dict[str, object]]:
     """The verdicts the chain should give, primary first; [] for healthy. Raises Ambiguous
     (or Unexplained) when the knobs do not decide it with the margins above."""
     name = lab.config.engines[0].name
+    # The first token's budget beyond queue and prefill, decided alone (budget.py builds
+    # on this module's bounds, hence imported here).
+    from tests.support.lab import budget
+    got = budget.expected(lab)
+    if got is not None:
+        return got
     if lab.scenario.simulator.flags.get("dp_ranks", 1) != 1:
         if imbalanced(lab):
             # An imbalance of the waiting queue replaces queueing (docs/diagnosis.md).

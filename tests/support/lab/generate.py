@@ -263,6 +263,46 @@ def app_long_prompts(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "exporter", "slo")["tpot_p95_seconds"] = rng.choice(tpot)
 
 
+def eng_frontend(rng: random.Random, spec: Spec) -> None:
+    """Time in the engine's API server before it queues each request (tokenizing,
+    templating), on either side of frontend_share x the TTFT SLO."""
+    _nested(spec, "simulator", "faults")["frontend_delay"] = _round(rng.uniform(0, 2.5))
+
+
+def eng_kv_transfer(rng: random.Random, spec: Spec) -> None:
+    """A decode instance of a P/D pair whose KV handover takes 0-2.5 s more than its size."""
+    _nested(spec, "simulator", "flags")["pd"] = True
+    _nested(spec, "simulator", "faults")["kv_transfer_delay"] = _round(rng.uniform(0, 2.5))
+
+
+def _with_baseline(spec: Spec) -> None:
+    """A 40 s baseline phase the chain may compare with (its min_baseline 20 s)."""
+    spec["baseline"] = _dur(40)
+    _nested(spec, "exporter", "diagnosis")["min_baseline"] = "20s"
+
+
+def eng_prefix(rng: random.Random, spec: Spec) -> None:
+    """Users' system prompt of 500-3000 tokens, shared in the baseline and with a unique
+    head after (a timestamp at its top), on an engine prefilling 1000-6000 tokens/s."""
+    _with_baseline(spec)
+    _nested(spec, "simulator", "flags")["prefill_tps"] = _round(rng.uniform(1000, 6000), 0)
+    load = {"rate": 1, "prompt_tokens": rng.randint(64, 256),
+            "system_prompt_tokens": rng.randint(500, 3000)}
+    spec["baseline_load"] = {**load, "system_prompt": "shared"}
+    spec["load"] = {**load, "system_prompt": "unique"}
+
+
+def eng_spec(rng: random.Random, spec: Spec) -> None:
+    """Speculative decoding of 2-5 draft tokens on 20-150 ms steps whose acceptance falls
+    from 60-90 % in the baseline to 0-30 %."""
+    _with_baseline(spec)
+    _nested(spec, "simulator", "flags").update(speculative_tokens=rng.randint(2, 5),
+                                               decode_step_ms=_round(rng.uniform(20, 150), 1))
+    _nested(spec, "baseline_simulator", "config")["spec_acceptance"] = _round(
+        rng.uniform(0.6, 0.9), 2)
+    _nested(spec, "simulator", "config")["spec_acceptance"] = _round(rng.uniform(0, 0.3), 2)
+
+
 def app_load(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "load").update(rate=_round(rng.uniform(0.5, 6), 2),
                                  prompt_tokens=rng.randint(32, 4000))
@@ -275,12 +315,14 @@ OTHER: dict[str, Callable[..., None]] = {
     "decode": eng_decode, "first_token": eng_first_token, "prefill": eng_prefill,
     "capacity": eng_capacity, "kv": eng_kv, "imbalance": eng_imbalance, "down": eng_down, "gpu": gpu_state, "xid": gpu_xid,
     "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load,
-    "long_prompts": app_long_prompts}
+    "long_prompts": app_long_prompts, "frontend": eng_frontend,
+    "kv_transfer": eng_kv_transfer, "prefix": eng_prefix, "spec": eng_spec}
 #: Which knobs may pair with a network fault in a double (an engine that is down fails
 #: every probe, whatever the path; a preempting KV cache leaves the probes' TPOT
 #: unbounded, and two data-parallel ranks are modelled only for their imbalance, so the
 #: model decides those alone).
-PAIRS = tuple(k for k in OTHER if k not in ("down", "kv", "imbalance"))
+PAIRS = tuple(k for k in OTHER if k not in ("down", "kv", "imbalance", "frontend",
+                                             "kv_transfer", "prefix", "spec"))
 
 
 def _slos(rng: random.Random, spec: Spec) -> None:

@@ -1,0 +1,153 @@
+"""What the chain should conclude from the knobs of the first token's budget and the
+stream's drafts (``expect.py``'s model, for the causes beyond queue and prefill), decided
+only where nothing else is turned, as a full KV cache or a pinned rank is:
+
+* ``frontend_delay``: every request spends it in the API server before the engine queues
+  it, in the engine's TTFT and end to end, in neither queue nor prefill: ``engine/frontend``
+  once the TTFT is over its SLO and the delay over ``frontend_share`` of it;
+* ``--pd`` with ``kv_transfer_delay``: each request waits for its prompt's KV (the prefill
+  instance's prefill, the transfer at ``kv_transfer_tps``, the delay): ``engine/kv_transfer``
+  likewise over ``kv_transfer_share``;
+* a shared system prompt in the baseline, a unique one after: the prefix cache's hit ratio
+  falls from the system prompt's share to 0 and prefill grows by the ratio of the prompts:
+  ``engine/prefix_cache_miss`` once the TTFT is over its SLO;
+* ``--speculative-tokens`` with ``spec_acceptance`` falling after a baseline: each step
+  yields fewer tokens, so the probes' TPOT grows while a step's gap does not:
+  ``engine/spec_decode`` once their TPOT is over its SLO.
+
+Each returns the expected verdicts, None when its knob is not turned, or raises Ambiguous.
+"""
+
+from __future__ import annotations
+
+from exporter.simulator.faults import Faults
+from tests.support.lab.expect import MARGIN, Ambiguous, Lab, need, over, slo
+from tests.support.lab.scenario import DEFAULT_DELAY, Gpu
+
+Expect = list[dict[str, object]]
+
+
+def _alone(lab: Lab, faults: Faults) -> bool:
+    """Nothing but the budget's knob is turned: default paths, a healthy GPU, the probes'
+    usual timeouts, no other fault."""
+    s = lab.scenario
+    return (not s.paths and s.gpu == Gpu() and not s.probes.timeouts and not s.simulator.down
+            and lab.faults == faults)
+
+
+def _first_token(lab: Lab, part: float, share: float, first: tuple[float, float],
+                 cause: str) -> Expect:
+    """A part of the engine's first token over its line: the cause once the TTFT (the part
+    and the rest of ``first``) is over the SLO; healthy where both are under theirs."""
+    slo_ttft, _ = slo(lab)
+    name = lab.config.engines[0].name
+    slow = over(first, slo_ttft)
+    big = over((part, part), share * slo_ttft)
+    if need(slow) and need(big):
+        return [{"layer": "engine", "cause": cause, "scope": {"engine": name}}]
+    if slow is False and (big is False or first[1] < slo_ttft / MARGIN):
+        return []
+    raise Ambiguous
+
+
+def _step(lab: Lab) -> tuple[float, float]:
+    """One engine step under the lab's light load: the fixed part, and at most a handful of
+    sequences and a prefill chunk more."""
+    cfg = lab.engine
+    return (cfg.decode_step + cfg.decode_step_per_seq,
+            cfg.decode_step + cfg.decode_step_per_seq * 8 + 0.02)
+
+
+def frontend(lab: Lab) -> Expect | None:
+    delay = lab.faults.frontend_delay
+    if not delay:
+        return None
+    if not _alone(lab, Faults(frontend_delay=delay)) or lab.scenario.simulator.config:
+        raise Ambiguous
+    lo, hi = _step(lab)
+    return _first_token(lab, delay, lab.th.frontend_share, (delay + lo, delay + 3 * hi),
+                        "frontend")
+
+
+def kv_transfer(lab: Lab) -> Expect | None:
+    if not lab.scenario.simulator.flags.get("pd"):
+        return None
+    delay = lab.faults.kv_transfer_delay
+    if not _alone(lab, Faults(kv_transfer_delay=delay)) or lab.scenario.simulator.config:
+        raise Ambiguous
+    cfg, load = lab.engine, lab.scenario.load
+    # The users' prompts are most of the requests; a probe's is tens of tokens.
+    per_token = 1 / cfg.prefill_tps + 1 / cfg.kv_transfer_tps
+    part = (delay + 16 * per_token, delay + (load.tokens + 40) * per_token)
+    lo, hi = _step(lab)
+    slo_ttft, _ = slo(lab)
+    slow = over((part[0] + lo, part[1] + 3 * hi), slo_ttft)
+    big = over(part, lab.th.kv_transfer_share * slo_ttft)
+    name = lab.config.engines[0].name
+    if need(slow) and need(big):
+        return [{"layer": "engine", "cause": "kv_transfer", "scope": {"engine": name}}]
+    if slow is False:
+        return []
+    raise Ambiguous
+
+
+def prefix_cache_miss(lab: Lab) -> Expect | None:
+    s = lab.scenario
+    base = s.baseline_load
+    if base is None or not base.system_prompt_tokens:
+        return None
+    if not _alone(lab, Faults()) or s.simulator.config or not (
+            base.system_prompt == "shared" and s.load.system_prompt == "unique"
+            and base.system_prompt_tokens == s.load.system_prompt_tokens
+            and base.prompt_tokens == s.load.prompt_tokens):
+        raise Ambiguous
+    cfg, load = lab.engine, s.load
+    shared = load.system_prompt_tokens / (load.tokens + 8)
+    grew = (load.tokens + 8) / (load.prompt_tokens + 8 + cfg.block_size)
+    if over((shared, shared), lab.th.prefix_hit_min) is not True or \
+            over((grew, grew), lab.th.drift_ratio) is not True:
+        raise Ambiguous
+    lo, hi = _step(lab)
+    prefill = load.tokens / cfg.prefill_tps
+    return _first_token(lab, prefill, 0.0, (prefill + lo, prefill + 3 * hi),
+                        "prefix_cache_miss")
+
+
+def spec_decode(lab: Lab) -> Expect | None:
+    s = lab.scenario
+    k = int(s.simulator.flags.get("speculative_tokens", 0))
+    if not k:
+        return None
+    if not _alone(lab, Faults()) or set(s.simulator.config) - {"spec_acceptance"} \
+            or s.baseline <= 0:
+        raise Ambiguous
+    before = (s.baseline_simulator.config.get("spec_acceptance", 0.7)
+              if s.baseline_simulator else 0.7)
+    now = lab.engine.spec_acceptance
+    _, slo_tpot = slo(lab)
+    lo, hi = _step(lab)
+    cfg = lab.engine
+    verify = (cfg.decode_step_per_seq * k, cfg.decode_step_per_seq * 8 * k)
+    tokens = 1 + sum(now**i for i in range(1, k + 1))
+    # Per token of a probe's answer: a step and its drafts' check over the tokens it yields,
+    # give or take a third for how the drafts fall within one answer.
+    tpot = ((lo + verify[0]) / tokens / 1.3, (hi + verify[1]) / tokens * 1.3)
+    fell = over((before, before), now * lab.th.drift_ratio) if now else True
+    name = lab.config.engines[0].name
+    slow = over(tpot, slo_tpot)
+    if need(slow) and need(fell):
+        return [{"layer": "engine", "cause": "spec_decode", "scope": {"engine": name}}]
+    if slow is False and over((lo, hi), slo_tpot) is False:
+        return []
+    raise Ambiguous
+
+
+def expected(lab: Lab) -> Expect | None:
+    """The verdicts of the first knob of the budget turned, None where none is."""
+    for rule in (frontend, kv_transfer, prefix_cache_miss, spec_decode):
+        got = rule(lab)
+        if got is not None:
+            if DEFAULT_DELAY * 3 * lab.th.rtt_round_trips > lab.th.rtt_budget_share * slo(lab)[0]:
+                raise Ambiguous  # the default paths' floor near the TTFT budget
+            return got
+    return None

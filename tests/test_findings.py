@@ -142,6 +142,9 @@ QUIET_BUT_OVER: dict[tuple[str, str], Any] = {
     ("gpu", "throttling"): with_gpu(healthy(), 0, clock_events=("hw_thermal", "sw_thermal"),
                                     utilization=0.98),
     ("gpu", "memory_full"): with_gpu(healthy(), 1, memory_used_ratio=0.995),
+    # The API server holds each request 0.8 s, over half the 1 s SLO, the TTFT still inside.
+    ("engine", "frontend"): with_engine(healthy(), frontend_mean=0.8),
+    ("engine", "kv_transfer"): with_engine(healthy(), kv_transfer_mean=0.7, deferred=2.0),
     # One rank's queue, small for the engine (its queue share is the healthy one's).
     ("engine", "imbalance"): with_engine(healthy(), waiting=9.0,
                                          waiting_by_rank={("ds", "0"): 1.0, ("ds", "1"): 8.0}),

@@ -92,6 +92,10 @@ class AlertingConfig(StrictModel):
     # 1 - this while engine latency is over the SLO is compute-bound.
     queue_share_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.25
     kv_cache_usage_ratio: Ratio = 0.95
+    # Per request, time in the engine's API server before it queues the request, or waiting
+    # for its KV from a prefill instance (P/D), above this share of the TTFT SLO.
+    frontend_share_ratio: Ratio = 0.5
+    kv_transfer_share_ratio: Ratio = 0.5
     # One data-parallel rank far above its peers (engine/imbalance): its mean waiting queue
     # over the window at least imbalance_ratio times the mean of the model's other ranks'
     # and at least imbalance_min_waiting requests (2 against 1 is noise), or its mean
@@ -244,8 +248,8 @@ class DiagnosisConfig(StrictModel):
     # The engine's first token, beyond queue and prefill: time in its API server before the
     # engine queues a request (tokenizing, templating), or a KV handover from a prefill
     # instance, per request over this share of the TTFT SLO: that part is the cause.
-    frontend_share: Ratio = 0.5
-    kv_transfer_share: Ratio = 0.5
+    frontend_share: Ratio | None = None  # default alerting.frontend_share_ratio
+    kv_transfer_share: Ratio | None = None  # default alerting.kv_transfer_share_ratio
     # A prefix cache that hit at least this share of prompt tokens off-peak and now hits
     # drift_ratio times less, while prefill per request grew: the prompts stopped sharing.
     prefix_hit_min: Ratio = 0.2

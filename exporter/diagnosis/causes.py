@@ -206,7 +206,9 @@ FRONTEND = Cause(
         "Look for costly preprocessing: long chat templates, multimodal inputs, a tokenizer "
         "without its fast implementation; and for other jobs on the host's CPUs.",
     ),
-    absorbs=(SLOW_PREFILL,), thresholds=("diagnosis.frontend_share",))
+    absorbs=(SLOW_PREFILL,), pages=("LLMEngineFrontendBound",),
+    thresholds=("alerting.frontend_share_ratio", "slo.ttft_p95_seconds",
+                "diagnosis.frontend_share"))
 PREFIX_CACHE_MISS = Cause(
     "engine", "prefix_cache_miss",
     "the prefix cache stopped hitting and prefill per request grew",
@@ -238,7 +240,9 @@ KV_TRANSFER = Cause(
         "add prefill capacity or move the pair closer.",
     ),
     # Requests waiting for their KV wait in the queue.
-    absorbs=(SLOW_PREFILL, QUEUEING), thresholds=("diagnosis.kv_transfer_share",))
+    absorbs=(SLOW_PREFILL, QUEUEING), pages=("LLMEngineKVTransferSlow",),
+    thresholds=("alerting.kv_transfer_share_ratio", "slo.ttft_p95_seconds",
+                "diagnosis.kv_transfer_share"))
 
 # --- gpu ----------------------------------------------------------------------------------
 #: A GPU cause says why its engine's time split (slow prefill, slow decode) is slow.

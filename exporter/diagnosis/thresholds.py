@@ -111,7 +111,7 @@ def resolve(config: Config) -> Thresholds:
         request_rate_growth=d.request_rate_growth,
         prompt_budget_share=d.prompt_budget_share,
         long_prompt_tokens=d.long_prompt_tokens,
-        frontend_share=d.frontend_share,
-        kv_transfer_share=d.kv_transfer_share,
+        frontend_share=pick(d.frontend_share, al.frontend_share_ratio),
+        kv_transfer_share=pick(d.kv_transfer_share, al.kv_transfer_share_ratio),
         prefix_hit_min=d.prefix_hit_min,
     )

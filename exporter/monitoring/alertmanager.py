@@ -95,6 +95,10 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     # An imbalanced rank takes over its engine's queue: the capacity alert is its too.
     Inhibition(DIAGNOSIS, ("LLMEngineImbalance", "LLMEngineCapacityBound"), ("target", *WHERE),
                _cause(causes.IMBALANCE)),
+    Inhibition(DIAGNOSIS, ("LLMEngineFrontendBound",), ("target", *WHERE),
+               _cause(causes.FRONTEND)),
+    Inhibition(DIAGNOSIS, ("LLMEngineKVTransferSlow",), ("target", *WHERE),
+               _cause(causes.KV_TRANSFER)),
     Inhibition(DIAGNOSIS, ("LLMEngineDown",), ("target", *WHERE),
                (*_cause(causes.DOWN), CRITICAL)),
     # Verdicts carry no gpu label: a GPU cause explains that exporter's GPU alerts.

@@ -59,6 +59,8 @@ DECISIONS: tuple[Decision, ...] = (
     Decision("LLMEngineComputeBound", "cause", ENGINE),
     Decision("LLMEngineKVCacheSaturated", "cause", ENGINE),
     Decision("LLMEngineImbalance", "cause", RANK),
+    Decision("LLMEngineFrontendBound", "cause", ENGINE),
+    Decision("LLMEngineKVTransferSlow", "cause", ENGINE),
     Decision("LLMPathPacketLoss", "cause", PATH),
     # The probe's own TCP stream (TCP_INFO): loss on its carrier though ICMP may be clean;
     # a loss verdict on the carrier explains it, and a probe-scoped one needs it.

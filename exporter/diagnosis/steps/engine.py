@@ -89,6 +89,12 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
             [case.evidence(metrics.ENGINE_KV_CACHE_USAGE.name, kv, lab, lines.kv_cache_usage),
              case.evidence(metrics.ENGINE_PREEMPTIONS.name, e.preemptions, lab, 0)],
             strength(e.preemptions, 1.0, 0.75), over_line=True)
+    # A part of the first token over its own line (the API server, a KV handover, a prefill
+    # the prefix cache no longer spares) is a verdict whether or not the engine is slow yet,
+    # as its alert pages.
+    why = budget.first_token(case, st, lab)
+    if why is not None:
+        add(why.cause, why.headline, why.evidence, why.strength, over_line=True)
     total = e.engine_seconds
     known = total is not None and e.requests >= 1 and total > 0
     exact = _exact_queue(case, st, lab)
@@ -118,8 +124,10 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
                     f"({e.waiting or 0:.3g} waiting, {e.running or 0:.3g} running)")
         queued = [f for f in ranks if any(
             x.metric == metrics.ENGINE_REQUESTS_WAITING.name for x in f.evidence)]
-        if out:  # queued because the cache cannot admit more: one cause, the cache's
-            out[0].evidence.extend(ev)
+        # Queued because the cache cannot admit more, or waiting for its KV: one cause.
+        taker = next((f for f in out if QUEUEING in f.cause.absorbs), None)
+        if taker is not None:
+            taker.evidence.extend(ev)
         elif queued:  # the queue is one rank's: the cause is the imbalance
             queued[0].evidence.extend(ev)
         else:
@@ -134,7 +142,9 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
     spec = budget.stream(case, st, lab)
     spec_slow = spec is not None and (st.slow_decode or any("tpot" in ps.open
                                                             for ps in st.probes))
-    if out or not (st.slow or spec_slow):
+    # A preempting cache recomputes what it preempted: its engine's time is not split.
+    preempting = any(f.cause is KV_CACHE_PRESSURE for f in out)
+    if preempting or not (st.slow or spec_slow):
         return out
     assert e.prefill_seconds is not None and e.decode_seconds is not None
     # Inference dominates: which half. Per-request means say where the time went; the
@@ -148,11 +158,12 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
             ev.append(case.evidence(metrics.ENGINE_TTFT.name, e.ttft_p95, lab, st.slo_ttft,
                                     grid=e.ttft_buckets))
             coarse = resolution(e.ttft_p95, e.ttft_buckets, st.slo_ttft, "TTFT SLO")
-        # Where the first token's time goes beyond prefill names the cause; else prefill
-        # is it, with how much of the excess it accounts for.
-        why = budget.first_token(case, st, lab)
-        if why is not None:
-            add(why.cause, why.headline + coarse, [*why.evidence, *ev], why.strength)
+        # Where the first token's time goes beyond prefill names the cause (found above,
+        # with this as more evidence); else prefill is it, with how much of the excess it
+        # accounts for.
+        taken = next((f for f in out if SLOW_PREFILL in f.cause.absorbs), None)
+        if taken is not None:
+            taken.evidence.extend(x for x in ev if x not in taken.evidence)
         else:
             add(SLOW_PREFILL, f"Engine {e.engine}'s prefill takes "
                 f"{secs(e.prefill_seconds / n)} per request with little queueing "

@@ -12,12 +12,14 @@ from exporter.monitoring.promql import (
     MODEL_TEXT,
     VALUE_NUMBER,
     VALUE_PERCENT,
+    VALUE_SECONDS,
     human_seconds,
     lbl,
     num,
     paren,
     pct,
     rate_sum,
+    ratio,
 )
 from exporter.monitoring.rule import Alert
 
@@ -152,5 +154,45 @@ def engine_alerts(config: Config) -> list[Alert]:
             "5m",
         ),
         *imbalance_alerts(config),
+        *budget_alerts(config),
     ]
     return alerts
+
+
+def budget_alerts(config: Config) -> list[Alert]:
+    """Parts of the first token beyond queue and prefill over their share of the TTFT SLO,
+    per request: the engine's API server before it queues (end to end less queue, prefill
+    and decode, all counted when a request finishes), and the KV handover from a prefill
+    instance. The chain's engine/frontend and engine/kv_transfer, on the same lines."""
+    a, ttft_slo = config.alerting, config.slo.ttft_p95_seconds
+    e2e = metrics.ENGINE_E2E.name
+    parts = (metrics.ENGINE_QUEUE_TIME, metrics.ENGINE_PREFILL_TIME, metrics.ENGINE_DECODE_TIME)
+    outside = paren(rate_sum(MODEL, f"{e2e}_sum"),
+                    *(f"- {rate_sum(MODEL, f'{f.name}_sum')}" for f in parts))
+    transfer = metrics.ENGINE_KV_TRANSFER_TIME.name
+    return [
+        Alert(
+            "LLMEngineFrontendBound",
+            f"{ratio(outside, rate_sum(MODEL, f'{e2e}_count'))}\n"
+            f"> {num(a.frontend_share_ratio * ttft_slo)}",
+            "warning",
+            "The engine's API server holds requests before the engine queues them.",
+            f"{MODEL_TEXT} requests spend {VALUE_SECONDS} each in the API server (tokenizing, "
+            f"templating) before the engine queues them, over {RATE} (threshold "
+            f"{human_seconds(a.frontend_share_ratio * ttft_slo)}: "
+            f"{pct(a.frontend_share_ratio)} of the TTFT SLO).",
+            "10m",
+        ),
+        Alert(
+            "LLMEngineKVTransferSlow",
+            f"{ratio(rate_sum(MODEL, f'{transfer}_sum'), rate_sum(MODEL, f'{transfer}_count'))}"
+            f"\n> {num(a.kv_transfer_share_ratio * ttft_slo)}",
+            "warning",
+            "The KV handover from the prefill instances is slow.",
+            f"{MODEL_TEXT} waits {VALUE_SECONDS} per request for its KV from a prefill "
+            f"instance over {RATE} (threshold "
+            f"{human_seconds(a.kv_transfer_share_ratio * ttft_slo)}: "
+            f"{pct(a.kv_transfer_share_ratio)} of the TTFT SLO).",
+            "10m",
+        ),
+    ]

@@ -466,3 +466,13 @@ def test_an_engine_that_refuses_explains_its_failing_probes() -> None:
     assert d.status == "failing", render(d)
     v = d.verdicts[0]
     assert (v.layer, v.cause, v.symptoms) == ("engine", "down", ("failures",)), render(d)
+
+
+def test_long_prompts_take_over_the_time_their_tokenizing_costs_the_api_server() -> None:
+    # A real vLLM tokenizing 7,000-token prompts: most of the first token is spent before
+    # the engine queues them; the prompts are the cause, the frontend their evidence.
+    obs = CASES["long_prompts"][0]
+    d = diagnose(with_engine(obs, frontend_mean=1.4, process_cpu=0.9))
+    assert [(v.layer, v.cause) for v in d.verdicts][:1] == [("application", "long_prompts")], \
+        render(d)
+    assert any(e.metric.startswith("(llm_engine_e2e") for e in d.verdicts[0].evidence)

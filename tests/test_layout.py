@@ -105,7 +105,9 @@ def test_module_size(module: str) -> None:
 #: How code would name the folder beside the checkout, assembled so that this file, which
 #: looks for them, does not hold them itself (a scan of the tree would list it).
 _SIBLING = "sha" + "red"
-OUTSIDE = (f'"{_SIBLING}"', "parent" + ".parent" * 2, f"../{_SIBLING}")
+#: As a path: joined to another, or the start of one ("shared" alone is also a word: a
+#: shared system prompt).
+OUTSIDE = (f'/ "{_SIBLING}"', f'"{_SIBLING}/', "parent" + ".parent" * 2, f"../{_SIBLING}")
 
 
 def test_nothing_reads_outside_the_repository() -> None:

@@ -199,6 +199,10 @@ class DiagnosisConfig(StrictModel):
 
     # The chain reads this much of every layer; embedded windows keep ``history`` in memory.
     window: Duration = 600.0
+    # The embedded source also reads this much, the last of the window: once the probes
+    # feel nothing over it, what the window blamed for their symptoms is over and clears
+    # (as a multi-window burn alert resets on its short window). Not under ``window``: off.
+    short_window: Duration = 30.0
     interval: Duration = 5.0
     history: Duration = 6 * 3600.0
     # The Prometheus source's window ends this far before now: a store fed by remote write
@@ -273,6 +277,12 @@ class DiagnosisConfig(StrictModel):
                  "h": format_duration(self.history)},
             )
         return self
+
+    @property
+    def recent(self) -> float | None:
+        """The short window, where it is one: shorter than the window, longer than an
+        evaluation."""
+        return self.short_window if self.interval < self.short_window < self.window else None
 
     @property
     def baseline_step(self) -> float:

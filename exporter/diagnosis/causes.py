@@ -294,8 +294,9 @@ LONG_PROMPTS = Cause(
         "turn); trim or summarize history.",
         "Use prefix caching for shared system prompts.",
     ),
-    # Long prompts make prefill slow and the queue long.
-    absorbs=(SLOW_PREFILL, QUEUEING),
+    # Long prompts make prefill slow and the queue long, and take the API server longer to
+    # tokenize (a real vLLM's 7,000-token prompts: most of the first token before the engine).
+    absorbs=(SLOW_PREFILL, QUEUEING, FRONTEND),
     thresholds=("diagnosis.prompt_budget_share", "diagnosis.long_prompt_tokens",
                 "diagnosis.prompt_growth"))
 RATE_LIMITED = Cause(

@@ -259,12 +259,15 @@ def failing_checks(w: Window, got: declare.Prepared) -> tuple[str, ...]:
     return tuple(sorted(failing))
 
 
-def observe(history: History, config: Config, now: float) -> Observations:
-    """The window ending at ``now`` as the chain's input."""
-    w = history.window_at(now)
+def observe(history: History, config: Config, now: float, seconds: float | None = None
+            ) -> Observations:
+    """The window ending at ``now`` (``seconds`` long, else the diagnosis window) as the
+    chain's input."""
+    span = config.diagnosis.window if seconds is None else seconds
+    w = history.window_at(now, span)
     if w is None:
         at = dt.datetime.fromtimestamp(now, dt.UTC)
-        return Observations(at=at, window=config.diagnosis.window, source="exporter")
+        return Observations(at=at, window=span, source="exporter")
     return observe_window(w, config, now, history.baseline, history, probe_windows(w, config))
 
 
@@ -288,7 +291,7 @@ def observe_window(
         return by_window[id(pw)]
     return Observations(
         at=dt.datetime.fromtimestamp(now, dt.UTC),
-        window=config.diagnosis.window,
+        window=w.seconds,
         source="exporter",
         probes=tuple(_probe(p, config, probe_values(p.name)) for p in config.probes),
         paths=tuple(_paths(config, evaluate(observables.PATH_TABLE, ctx))),

@@ -365,14 +365,16 @@ class History:
             del self._state[key]
 
     # --- reading ----------------------------------------------------------------------------
-    def window_at(self, now: float) -> Window | None:
-        """The fine snapshots of the window ending at ``now``; None before the first."""
+    def window_at(self, now: float, seconds: float | None = None) -> Window | None:
+        """The fine snapshots of the window ending at ``now`` (``seconds`` long, else the
+        diagnosis window); None before the first."""
+        span = self.window if seconds is None else seconds
         snaps = [s for s in self.fine if s.at <= now]
         if not snaps:
             return None
-        start = now - self.window
+        start = now - span
         i = max((j for j, s in enumerate(snaps) if s.at <= start), default=0)
-        return Window(tuple(snaps[i:]), self.window)
+        return Window(tuple(snaps[i:]), span)
 
     def everything(self) -> Iterator[Snapshot]:
         """Coarse snapshots, then the fine ones newer than the last coarse (history order)."""

@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter import metrics
 from exporter.config.models import Config
-from exporter.diagnosis import chain
+from exporter.diagnosis import chain, recent
 from exporter.diagnosis.embedded import observe
 from exporter.diagnosis.families import RawSample
 from exporter.diagnosis.observations import Observations
@@ -178,7 +178,11 @@ class Evaluator:
         now = self._clock()
         history.record(samples, now)
         obs = observe(history, config, now)
-        return evaluate(obs), obs, trends.points(history, config, now)
+        diagnosis = evaluate(obs)
+        short = config.diagnosis.recent
+        if short is not None:
+            diagnosis = recent.combine(diagnosis, evaluate(observe(history, config, now, short)))
+        return diagnosis, obs, trends.points(history, config, now)
 
     def _held(self, diagnosis: Diagnosis, config: Config) -> Diagnosis:
         """What to show for the chain's ``diagnosis``: a new primary verdict only once it

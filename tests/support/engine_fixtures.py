@@ -64,6 +64,8 @@ ORACLE: dict[str, list[Rule]] = {
         *_hist("vllm:iteration_tokens_total", "llm_engine_step_tokens"),
         # Families of vLLM 0.32 (vllm-0.32.0-cpu-metrics.txt).
         Rule("vllm:num_requests_waiting_by_reason", "llm_engine_requests_waiting_by_reason"),
+        # Its API server's own process collector.
+        Rule("process_cpu_seconds_total", "llm_engine_process_cpu_seconds_total"),
         Rule("vllm:prefix_cache_queries_total", "llm_engine_prefix_cache_queries_total"),
         Rule("vllm:prefix_cache_hits_total", "llm_engine_prefix_cache_hits_total"),
         Rule("vllm:num_preemptions_total", "llm_engine_preemptions_total"),

@@ -125,6 +125,18 @@ def test_live_page_in_chromium(
         for metric in ("stream_retransmission", "stream_out_of_order"):
             assert float(tiles[("path", "loopback → simulator", metric)]) == 0.0, metric
         assert page.text_content(".tile[data-kind=engine] .sub") == "up"
+        # The first token by part: the slow prefill is the widest part of the chat probe's
+        # bar, and the drawn parts never overflow it.
+        (row,) = [b for b in doc["budget"] if b["probe"] == "chat"]
+        widths = dict(page.eval_on_selector_all(
+            "#budget [data-probe=chat] .budget span",
+            "els => els.map(e => [e.dataset.part, e.getBoundingClientRect().width])"))
+        bar = page.eval_on_selector("#budget [data-probe=chat] .budget",
+                                    "e => e.getBoundingClientRect().width")
+        assert max(widths, key=widths.__getitem__) == "prefill", (widths, row)
+        assert sum(widths.values()) <= bar + 1, (widths, bar)
+        assert widths["prefill"] / bar == pytest.approx(
+            row["parts"]["prefill"] / row["ttft"], abs=0.02)
 
         # Every tile row has its sparkline, drawn (a line or a dot) and laid out.
         sparks = page.eval_on_selector_all("svg.spark", """els => els.map(e => {

@@ -37,6 +37,7 @@ from exporter.diagnosis.result import (
 )
 from exporter.diagnosis.steps import application, engine, gpu, network, symptom
 from exporter.diagnosis.steps.base import Case, Finding, ProbeSymptoms, Standing
+from exporter.diagnosis.steps.budget import ledger
 from exporter.diagnosis.steps.words import probe_scope
 from exporter.diagnosis.thresholds import Thresholds
 
@@ -60,7 +61,7 @@ def diagnose(obs: Observations, thresholds: Thresholds | None = None) -> Diagnos
     verdicts += _unobserved(case)
     verdicts += _no_data(case, steps)
     return Diagnosis(obs.at, case.window, obs.source, _status(case.sick, verdicts, steps),
-                     tuple(verdicts), tuple(steps))
+                     tuple(verdicts), tuple(steps), budget=ledger(case))
 
 
 def _reportable(f: Finding, healthy: bool) -> bool:

@@ -92,6 +92,8 @@ def _segments(kind: metrics.TcpSegments) -> Increase:
 
 
 _OK = Increase(metrics.PROBE_REQUESTS.name, match=((_OUTCOME, metrics.ProbeOutcome.OK.value),))
+_EXACT = Increase(metrics.PROBE_SERVER_SPLIT.name,
+                  match=((_SPLIT, metrics.ServerSplit.EXACT.value),))
 _PROMPT = Increase(metrics.PROBE_PROMPT_TOKENS.name)
 
 
@@ -145,13 +147,20 @@ class ProbeWindow:
     #: ok requests whose TTFT the engine's own timing split exactly (llm_probe_server_*),
     #: and the shares of those TTFTs outside the engine (network and frontend) and queued
     #: in it: the exact split, which the chain prefers to subtracting distributions.
-    exact_splits: int = measured(PROBE, Increase(
-        metrics.PROBE_SERVER_SPLIT.name, match=((_SPLIT, metrics.ServerSplit.EXACT.value),)),
-        count, default=0)
+    exact_splits: int = measured(PROBE, _EXACT, count, default=0)
     network_frontend_share: float | None = measured(PROBE, Ratio(
         _part(metrics.ServerPart.NETWORK_FRONTEND.value), _part(*_TTFT_PARTS)))
     queue_share: float | None = measured(PROBE, Ratio(
         _part(metrics.ServerPart.QUEUE.value), _part(*_TTFT_PARTS)))
+    #: Per exactly split request, its queue and its prefill (scheduled to first token) on
+    #: the engine's own clock: the first token's budget prefers them to the engine's means.
+    split_queue_mean: float | None = measured(PROBE, Ratio(
+        _part(metrics.ServerPart.QUEUE.value), _EXACT))
+    split_prefill_mean: float | None = measured(PROBE, Ratio(
+        _part(metrics.ServerPart.PREFILL.value), _EXACT))
+    #: The kernel's smoothed RTT of the probe's connections: one round trip carries the
+    #: request in and its first token out, the network's part of a first token.
+    tcp_rtt_mean: float | None = measured(PROBE, _mean(metrics.PROBE_TCP_RTT))
     #: The kernel's view of the probe's connections: retransmitted / sent segments, and
     #: out-of-order / received data segments (what loss of the server's stream looks like).
     tcp_retransmit_ratio: float | None = measured(PROBE, Ratio(

@@ -12,6 +12,8 @@ from typing import Any, cast, get_args
 from exporter.diagnosis.promapi import SourceError, fetch_json
 from exporter.diagnosis.result import (
     SCHEMA_ID,
+    Budget,
+    BudgetPart,
     Diagnosis,
     Evidence,
     Pending,
@@ -78,6 +80,13 @@ def _pending(p: dict[str, Any] | None) -> Pending | None:
                    int(p["evaluations"]), int(p["confirm"]))
 
 
+def _budget(b: dict[str, Any]) -> Budget:
+    parts = {p: None if b["parts"].get(p) is None else float(b["parts"][p])
+             for p in BudgetPart}
+    return Budget(str(b["probe"]), str(b["carrier"]), str(b["engine"]), float(b["ttft"]),
+                  parts)
+
+
 def from_json(doc: dict[str, Any], where: str = "the exporter") -> Diagnosis:
     """A Diagnosis from its v1 JSON; a document outside the contract (a field missing, a
     cause outside the vocabulary) is a SourceError naming ``where``."""
@@ -89,6 +98,7 @@ def from_json(doc: dict[str, Any], where: str = "the exporter") -> Diagnosis:
                       for s in doc["steps"])
         at = dt.datetime.fromisoformat(doc["at"])
         return Diagnosis(at=at, window=doc["window"], source=doc["source"], status=status,
-                         verdicts=verdicts, steps=steps, pending=_pending(doc.get("pending")))
+                         verdicts=verdicts, steps=steps, pending=_pending(doc.get("pending")),
+                         budget=tuple(_budget(b) for b in doc.get("budget", ())))
     except (KeyError, TypeError, ValueError, AssertionError) as exc:
         raise SourceError(f"{where}: not a valid {SCHEMA_ID} document ({exc})") from None

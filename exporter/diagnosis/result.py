@@ -92,6 +92,37 @@ class Verdict:
         }
 
 
+class BudgetPart(StrEnum):
+    """The parts a client's mean first token is the sum of, in the order a request meets
+    them. ``prefill`` is the engine's scheduled-to-first-token (its first decode step
+    included) less any KV handover inside it; ``remainder`` is what none of the others
+    accounts for (delivery, proxies, or a part no metric covers), negative when they add up
+    to more than the client waited."""
+
+    NETWORK = "network"
+    FRONTEND = "frontend"
+    QUEUE = "queue"
+    KV_TRANSFER = "kv_transfer"
+    PREFILL = "prefill"
+    REMAINDER = "remainder"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One probe's mean TTFT over the window, part by part: the parts sum to ``ttft``, a
+    part no metric measured (None) is in the remainder."""
+
+    probe: str
+    carrier: str
+    engine: str
+    ttft: float
+    parts: Mapping[BudgetPart, float | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"probe": self.probe, "carrier": self.carrier, "engine": self.engine,
+                "ttft": self.ttft, "parts": {str(p): self.parts.get(p) for p in BudgetPart}}
+
+
 @dataclass(frozen=True)
 class Step:
     step: StepName
@@ -142,6 +173,8 @@ class Diagnosis:
     steps: tuple[Step, ...]
     #: Set on the shown diagnosis while a different primary waits for confirmation.
     pending: Pending | None = None
+    #: Each probe's first token, part by part, where its TTFT is known.
+    budget: tuple[Budget, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -152,6 +185,7 @@ class Diagnosis:
             "status": self.status,
             "verdicts": [v.to_json() for v in self.verdicts],
             "steps": [s.to_json() for s in self.steps],
+            "budget": [b.to_json() for b in self.budget],
         }
         if self.pending is not None:
             doc["pending"] = self.pending.to_json()

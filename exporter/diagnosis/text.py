@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter.diagnosis.result import Diagnosis, Evidence, StepResult, Verdict
+from exporter.diagnosis.result import Budget, BudgetPart, Diagnosis, Evidence, StepResult, Verdict
 
 
 def _num(value: float | None) -> str:
@@ -38,6 +38,23 @@ def table(evidence: Iterable[Evidence], indent: str = "    ") -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             for r in rows]
+
+
+def budget(rows: Iterable[Budget]) -> list[str]:
+    """Each probe's mean first token by part, in milliseconds: one column per part."""
+    out = [("probe", "carrier", "ttft", *(str(p) for p in BudgetPart))]
+    out += [(b.probe, b.carrier or "-", _ms(b.ttft), *(_ms(b.parts.get(p)) for p in BudgetPart))
+            for b in rows]
+    if len(out) == 1:
+        return []
+    widths = [max(len(r[i]) for r in out) for i in range(len(out[0]))]
+    return ["  " + "  ".join(c.rjust(w) if i > 1 else c.ljust(w)
+                             for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+            for r in out]
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
 
 
 def _scope(v: Verdict) -> str:
@@ -82,6 +99,9 @@ def render(d: Diagnosis) -> str:
             lines.append(f"  {s.step}")
             lines += table(s.evidence[:8])
         lines.append("")
+    rows = budget(d.budget)
+    if rows:
+        lines += ["First token, mean ms by part (- not measured: in the remainder):", *rows, ""]
     blind = [s.step for s in d.steps if s.result is StepResult.NO_DATA]
     if blind:
         lines.append(f"No data for: {', '.join(blind)}")

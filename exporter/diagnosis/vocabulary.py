@@ -1,5 +1,5 @@
 """What is generated from the cause table (``causes.py``): the layer and cause enums of
-``schema.json`` and the vocabulary table of docs/diagnosis.md.
+``schema.json`` (and its budget's parts) and the vocabulary table of docs/diagnosis.md.
 
 ``python -m exporter.diagnosis.vocabulary`` rewrites both from the repository root;
 tests/test_vocabulary.py fails while either is stale, so the contract a consumer validates
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.diagnosis.causes import CAUSES, LAYERS, NAMES, Cause
+from exporter.diagnosis.result import BudgetPart
 from exporter.docblock import DocBlock
 
 SCHEMA_FILE = Path(__file__).with_name("schema.json")
@@ -20,12 +21,15 @@ SCHEMA_FILE = Path(__file__).with_name("schema.json")
 
 def schema(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` (the v1 schema) with its verdict's layer enum and its per-layer cause enums
-    taken from the table."""
+    taken from the table, and the budget's parts."""
     verdict = doc["$defs"]["verdict"]
     verdict["properties"]["layer"]["enum"] = list(LAYERS)
     verdict["oneOf"] = [{"properties": {"layer": {"const": layer},
                                         "cause": {"enum": list(NAMES[layer])}}}
                         for layer in LAYERS]
+    parts = doc["$defs"]["budget"]["properties"]["parts"]
+    parts["properties"] = {str(p): {"type": ["number", "null"]} for p in BudgetPart}
+    parts["required"] = [str(p) for p in BudgetPart]
     return doc
 
 

@@ -215,7 +215,7 @@ _ENGINE_NAMES = tuple(x.name for x in (
 def _budget_tick(f: Fleet, minute: int) -> list[RawSample]:
     """What the first token's budget reads beyond queue and prefill, from its own draws: the
     prefix cache's hits fall and the drafts' acceptance drops once busy, the API server's
-    CPU climbs, a KV handover is slow."""
+    CPU climbs, a KV handover is slow; and the probe connections' round trips."""
     r, busy = f.budget, minute >= 40
     main = {"target": "main", "engine": "vllm", "model": "", "dp_rank": ""}
     out: list[RawSample] = [f.add(metrics.ENGINE_PROCESS_CPU.name, main,
@@ -244,6 +244,11 @@ def _budget_tick(f: Fleet, minute: int) -> list[RawSample]:
         for _ in range(done):
             transfer.observe(r.lognormvariate(math.log(0.4 if busy else 0.05), 0.3))
         out += transfer.samples(metrics.ENGINE_KV_TRANSFER_TIME.name, labels)
+    for values, labels in _rows(metrics.PROBE_LABELS, PROBES):
+        rtt = f.hist(metrics.PROBE_TCP_RTT, labels)
+        for _ in range(r.randint(0, 3)):
+            rtt.observe(r.gauss(0.035 if values[3] == "telecom" else 0.05, 0.004))
+        out += rtt.samples(metrics.PROBE_TCP_RTT.name, labels, buckets=False)
     return out
 
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from exporter import metrics
 from exporter.diagnosis.causes import FRONTEND, KV_TRANSFER, PREFIX_CACHE_MISS, SPEC_DECODE, Cause
-from exporter.diagnosis.result import Evidence
+from exporter.diagnosis.observations import EngineWindow, ProbeWindow
+from exporter.diagnosis.result import Budget, BudgetPart, Evidence
 from exporter.diagnosis.steps.base import Case, EngineState
 from exporter.diagnosis.steps.words import pct, secs, strength
 
@@ -113,3 +114,37 @@ def stream(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
     return Why(SPEC_DECODE, f"Engine {e.engine}'s draft tokens are accepted {pct(now)} of the "
                f"time (off-peak {pct(base)}): fewer tokens per decode step", ev,
                strength(base, max(now, 0.01) * drift))
+
+
+def _engine_parts(p: ProbeWindow, e: EngineWindow | None
+                  ) -> dict[BudgetPart, float | None]:
+    """The engine's parts of one probe's first token: the probe's own requests where the
+    engine timed them (the exact split), the engine's means over all its requests else."""
+    exact = p.exact_splits > 0
+    queue = p.split_queue_mean if exact else (e.queue_mean if e else None)
+    prefill = p.split_prefill_mean if exact else (e.prefill_mean if e else None)
+    kv = e.kv_transfer_mean if e else None
+    if kv is not None and prefill is not None:
+        # A decode instance counts the wait for its KV inside scheduled-to-first-token.
+        kv = min(kv, prefill)
+        prefill -= kv
+    return {BudgetPart.FRONTEND: e.frontend_mean if e else None, BudgetPart.QUEUE: queue,
+            BudgetPart.KV_TRANSFER: kv, BudgetPart.PREFILL: prefill}
+
+
+def ledger(case: Case) -> tuple[Budget, ...]:
+    """Each probe's mean first token, part by part (means add up where quantiles do not):
+    the network's round trip from its connections' TCP_INFO, the engine's parts, and the
+    remainder that none of them accounts for."""
+    out: list[Budget] = []
+    for p in case.obs.probes:
+        if p.ttft_mean is None:
+            continue
+        engines = case.engines_of(p)
+        e = engines[0] if len(engines) == 1 else None
+        parts: dict[BudgetPart, float | None] = {BudgetPart.NETWORK: p.tcp_rtt_mean,
+                                                 **_engine_parts(p, e)}
+        known = sum(v for v in parts.values() if v is not None)
+        parts[BudgetPart.REMAINDER] = p.ttft_mean - known
+        out.append(Budget(p.probe, p.carrier, e.engine if e else "", p.ttft_mean, parts))
+    return tuple(out)

@@ -17,7 +17,7 @@ from exporter.config.models import Config
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.thresholds import resolve
 from exporter.diagnosis.trends import Point
-from exporter.runtime.page import checks, verdict
+from exporter.runtime.page import budget, checks, verdict
 from exporter.runtime.page.fmt import esc
 from exporter.runtime.page.tiles import tiles
 from exporter.runtime.scheduler import CheckState
@@ -117,7 +117,8 @@ def document(view: View) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
-<title>llm-latency-exporter</title><link rel="icon" href="data:,"><style>{STYLE}</style></head>
+<title>llm-latency-exporter</title><link rel="icon" href="data:,">
+<style>{STYLE}{budget.STYLE}</style></head>
 <body><header><h1>llm-latency-exporter {esc(view.version)}</h1>
 <nav><a href="metrics">/metrics</a><a href="-/healthy">/-/healthy</a>
 <a href="-/ready">/-/ready</a><a href="api/v1/diagnosis">/api/v1/diagnosis</a></nav>

@@ -1,6 +1,7 @@
 """The verdict at the top of the ``/`` page, from the diagnosis JSON (``Diagnosis.to_json``,
 the same document /api/v1/diagnosis serves): status, the primary verdict's summary, its
-evidence table and actions, the secondary verdicts, and what was ruled out; "healthy" when
+evidence table and actions, the secondary verdicts, what was ruled out, and each probe's
+first token by part; "healthy" when
 the chain found nothing; a candidate verdict not yet confirmed in one line under the status."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.diagnosis.result import StepResult
+from exporter.runtime.page import budget
 from exporter.runtime.page.fmt import esc as _e
 from exporter.runtime.page.fmt import number as _num
 
@@ -89,6 +91,7 @@ def verdict_html(doc: dict[str, Any] | None) -> str:
                if s.get("result") == StepResult.NO_DATA]
     if unknown:
         parts.append(f"<p>No data for: {_e(', '.join(unknown))}</p>")
+    parts.append(budget.html(doc.get("budget") or []))
     return "".join(parts)
 
 

@@ -1,0 +1,70 @@
+"""The first token's budget (exporter/diagnosis/steps/budget.py ``ledger``): each probe's mean
+TTFT as network, frontend, queue, KV transfer, prefill and a remainder that sum to it, the
+probe's own exactly split requests preferred to the engine's means."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter.diagnosis.chain import diagnose
+from exporter.diagnosis.remote import from_json
+from exporter.diagnosis.result import BudgetPart as P
+from exporter.diagnosis.text import render
+from tests.support.observations import all_probes, healthy, with_engine, with_probe
+
+#: An engine whose means say 50 ms of frontend, 20 ms of queue and 300 ms of prefill.
+ENGINE = dict(frontend_mean=0.05, queue_mean=0.02, prefill_mean=0.3)
+
+
+def _budget(obs: object, probe: str = "chat-mobile") -> dict[P, float | None]:
+    doc = diagnose(obs)  # type: ignore[arg-type]
+    (b,) = [b for b in doc.budget if b.probe == probe]
+    assert b.ttft == pytest.approx(sum(v for v in b.parts.values() if v is not None))
+    return dict(b.parts)
+
+
+def test_the_parts_sum_to_the_clients_mean_ttft_and_keep_the_remainder() -> None:
+    obs = all_probes(with_engine(healthy(), **ENGINE), ttft_mean=0.5, tcp_rtt_mean=0.04)
+    parts = _budget(obs)
+    assert parts[P.NETWORK] == 0.04 and parts[P.FRONTEND] == 0.05
+    assert parts[P.QUEUE] == 0.02 and parts[P.PREFILL] == 0.3 and parts[P.KV_TRANSFER] is None
+    assert parts[P.REMAINDER] == pytest.approx(0.09)
+
+
+def test_a_probes_own_exact_split_is_preferred_to_the_engines_means() -> None:
+    obs = with_probe(with_engine(healthy(), **ENGINE), "chat-mobile", ttft_mean=0.9,
+                     tcp_rtt_mean=0.06, exact_splits=10, split_queue_mean=0.4,
+                     split_prefill_mean=0.35)
+    parts = _budget(obs)
+    assert (parts[P.QUEUE], parts[P.PREFILL]) == (0.4, 0.35)
+    assert parts[P.REMAINDER] == pytest.approx(0.9 - 0.06 - 0.05 - 0.4 - 0.35)
+
+
+def test_a_kv_handover_is_taken_out_of_the_prefill_it_sits_in() -> None:
+    obs = all_probes(with_engine(healthy(), **ENGINE, kv_transfer_mean=0.2), ttft_mean=0.6)
+    parts = _budget(obs)
+    assert parts[P.KV_TRANSFER] == 0.2 and parts[P.PREFILL] == pytest.approx(0.1)
+    # Unmeasured, the network is in the remainder; a handover longer than the prefill it is
+    # counted in cannot be more than that prefill.
+    assert parts[P.NETWORK] is None
+    assert parts[P.REMAINDER] == pytest.approx(0.6 - 0.05 - 0.02 - 0.3)
+    over = _budget(all_probes(with_engine(healthy(), **ENGINE, kv_transfer_mean=0.5),
+                              ttft_mean=0.6))
+    assert (over[P.KV_TRANSFER], over[P.PREFILL]) == (0.3, 0.0)
+
+
+def test_the_remainder_is_negative_when_the_parts_exceed_what_the_client_waited() -> None:
+    parts = _budget(all_probes(with_engine(healthy(), **ENGINE), ttft_mean=0.3))
+    assert parts[P.REMAINDER] == pytest.approx(-0.07)
+
+
+def test_probes_without_a_ttft_have_no_budget_and_the_budget_travels_in_json() -> None:
+    obs = with_probe(all_probes(with_engine(healthy(), **ENGINE), ttft_mean=0.5),
+                     "chat", ttft_mean=None)
+    doc = diagnose(obs)
+    assert "chat" not in {b.probe for b in doc.budget}, render(doc)
+    back = from_json(json.loads(json.dumps(doc.to_json())))
+    assert back.budget == doc.budget
+    assert doc.to_json()["budget"][0]["parts"].keys() == {str(p) for p in P}

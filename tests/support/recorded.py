@@ -244,10 +244,10 @@ def _budget_tick(f: Fleet, minute: int) -> list[RawSample]:
         for _ in range(done):
             transfer.observe(r.lognormvariate(math.log(0.4 if busy else 0.05), 0.3))
         out += transfer.samples(metrics.ENGINE_KV_TRANSFER_TIME.name, labels)
-    for values, labels in _rows(metrics.PROBE_LABELS, PROBES):
+    for probe, labels in _rows(metrics.PROBE_LABELS, PROBES):
         rtt = f.hist(metrics.PROBE_TCP_RTT, labels)
         for _ in range(r.randint(0, 3)):
-            rtt.observe(r.gauss(0.035 if values[3] == "telecom" else 0.05, 0.004))
+            rtt.observe(r.gauss(0.035 if probe[3] == "telecom" else 0.05, 0.004))
         out += rtt.samples(metrics.PROBE_TCP_RTT.name, labels, buckets=False)
     return out
 

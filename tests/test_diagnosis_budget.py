@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from exporter.diagnosis.causes import BudgetPart as P
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.remote import from_json
-from exporter.diagnosis.result import BudgetPart as P
 from exporter.diagnosis.text import render
 from tests.support.observations import all_probes, healthy, with_engine, with_probe
 
@@ -68,3 +68,19 @@ def test_probes_without_a_ttft_have_no_budget_and_the_budget_travels_in_json() -
     back = from_json(json.loads(json.dumps(doc.to_json())))
     assert back.budget == doc.budget
     assert doc.to_json()["budget"][0]["parts"].keys() == {str(p) for p in P}
+
+
+def test_a_slow_first_token_whose_prefill_cannot_account_for_it_is_the_api_servers() -> None:
+    # The engine's TTFT is over its SLO with little queueing and 150 ms of prefill per
+    # request, while its API server holds each request 400 ms: under the frontend's own
+    # line (half the SLO), yet the part that grew; slow prefill would send the user to
+    # tune chunked prefill.
+    slow = all_probes(with_engine(healthy(), ttft_p95=1.5, frontend_mean=0.4), ttft_p95=1.6)
+    doc = diagnose(slow)
+    v = doc.verdicts[0]
+    assert (v.layer, v.cause) == ("engine", "frontend"), render(doc)
+    assert "holds each request 400 ms" in v.summary and "ttft" in v.symptoms
+    # Where prefill takes longer than the API server holds a request, prefill it is.
+    doc = diagnose(all_probes(with_engine(healthy(), ttft_p95=1.5, frontend_mean=0.1),
+                              ttft_p95=1.6))
+    assert (doc.verdicts[0].layer, doc.verdicts[0].cause) == ("engine", "slow_prefill")

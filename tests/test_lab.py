@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from exporter import metrics
 from exporter.checks.path import icmp
 from exporter.config.load import parse_config
 from exporter.probing import tcpinfo
 from tests.support.lab import SCENARIOS
-from tests.support.lab.runner import LabRun, exporter_config, match
+from tests.support.lab.runner import LabRun, accounting, exporter_config, match
 from tests.support.lab.scenario import (
     CARRIERS,
     DEFAULT_HOPS,
@@ -503,3 +504,26 @@ def test_matching_primary_combinations_and_healthy() -> None:
     assert match([], {"verdicts": [], "status": "healthy"}) == []
     assert match([], {"verdicts": [], "status": "unknown"}) != []  # no data is not healthy
     assert match([], got) != [] and match([loss], {"verdicts": [], "status": "healthy"}) != []
+
+
+def _slow_first_token(cause: str, **parts: float) -> dict[str, object]:
+    """A diagnosis whose primary ``engine/<cause>`` explains the chat probe's TTFT P95 of
+    0.99 s over its 0.5 s SLO, its mean TTFT 0.95 s made of ``parts``."""
+    ttft = {"metric": metrics.PROBE_TTFT.name, "labels": {"probe": "chat"}, "value": 0.99,
+            "threshold": 0.5}
+    return {"verdicts": [{**v("engine", cause), "symptoms": ["ttft"], "evidence": [ttft]}],
+            "budget": [{"probe": "chat", "ttft": 0.95, "parts": parts}]}
+
+
+def test_a_primary_accounts_for_half_the_first_token_it_explains() -> None:
+    # 21 ms of prefill cannot explain the 470 ms of the mean the P95 is over by (0.95 x
+    # 0.49/0.99); the API server's 900 ms can.
+    parts = {"network": 0.03, "frontend": 0.9, "queue": 0.013, "prefill": 0.021}
+    assert "accounts for 0.021 s of the 0.470 s" in accounting(
+        _slow_first_token("slow_prefill", **parts))[0]
+    assert accounting(_slow_first_token("frontend", **parts)) == []
+    # A cause without a part of the first token, or no TTFT over its SLO, is not asked.
+    assert accounting(_slow_first_token("slow_decode", **parts)) == []
+    calm = _slow_first_token("slow_prefill", **parts)
+    calm["verdicts"][0]["evidence"][0]["value"] = 0.4  # type: ignore[index]
+    assert accounting(calm) == [] and accounting({"verdicts": []}) == []

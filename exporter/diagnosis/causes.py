@@ -13,6 +13,7 @@ docs' vocabulary table and every verdict's actions are read from here
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 Layer = Literal["network", "engine", "gpu", "application", "exporter"]
@@ -35,6 +36,21 @@ TIMEOUT: frozenset[Failure] = frozenset(("timeout",))
 #: A network fault drops connections and streams or makes them time out; it never answers
 #: with an HTTP status.
 DROPPED: frozenset[Failure] = frozenset(("timeout", "connect", "stream"))
+
+
+class BudgetPart(StrEnum):
+    """The parts a client's mean first token is the sum of, in the order a request meets
+    them. ``prefill`` is the engine's scheduled-to-first-token (its first decode step
+    included) less any KV handover inside it; ``remainder`` is what none of the others
+    accounts for (delivery, proxies, or a part no metric covers), negative when they add up
+    to more than the client waited."""
+
+    NETWORK = "network"
+    FRONTEND = "frontend"
+    QUEUE = "queue"
+    KV_TRANSFER = "kv_transfer"
+    PREFILL = "prefill"
+    REMAINDER = "remainder"
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,9 @@ class Cause:
     #: A fault on its own (a down engine, an XID): a verdict whether or not anyone feels it,
     #: and first among equals.
     fault: bool = False
+    #: The parts of the first token's budget its time lands in: what a verdict of it must
+    #: account for when it explains a slow first token.
+    parts: tuple[BudgetPart, ...] = ()
 
     def __str__(self) -> str:
         return f"{self.layer}/{self.name}"
@@ -83,14 +102,16 @@ PACKET_LOSS = Cause(
         "carrier's users through a better-peered entry point.",
     ),
     pages=("LLMPathPacketLoss", "LLMProbeStreamPacketLoss", "LLMClientsRetransmissionHigh"),
-    thresholds=("slo.loss_ratio", "alerting.clients_min_segments", "diagnosis.loss_ratio"))
+    thresholds=("slo.loss_ratio", "alerting.clients_min_segments", "diagnosis.loss_ratio"),
+    parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 JITTER = Cause(
     "network", "jitter", "the path's RFC 3550 jitter is over the line",
     frozenset(("tpot", "ttft")), DROPPED, (
         "Check the path for queueing on a congested link (mtr, the RTT heatmap).",
         "Prefer a premium route class for streaming traffic; buffer output client-side.",
     ),
-    pages=("LLMPathJitterHigh",), thresholds=("slo.jitter_seconds", "diagnosis.jitter_seconds"))
+    pages=("LLMPathJitterHigh",), thresholds=("slo.jitter_seconds", "diagnosis.jitter_seconds"),
+    parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 RTT_FLOOR = Cause(
     "network", "rtt_floor",
     "the round trips before the first token take more than their share of the TTFT SLO",
@@ -99,7 +120,8 @@ RTT_FLOOR = Cause(
         "Cut round trips: keep connections alive (reuse TCP/TLS), enable TLS 1.3 / 0-RTT.",
         "If the SLO cannot hold at this distance, set a per-probe SLO that includes it.",
     ),
-    thresholds=("diagnosis.rtt_round_trips", "diagnosis.rtt_budget_share"))
+    thresholds=("diagnosis.rtt_round_trips", "diagnosis.rtt_budget_share"),
+    parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 ROUTE_CHANGE = Cause(
     "network", "route_change",
     "the route class is worse than its recent best, or the route changed in the window",
@@ -110,7 +132,8 @@ ROUTE_CHANGE = Cause(
     ),
     # A worse class brings its loss, and the move itself drops packets in flight.
     absorbs=(PACKET_LOSS, RTT_FLOOR), answers=("LLMPathRouteDegraded",),
-    thresholds=("alerting.route_class_order",))
+    thresholds=("alerting.route_class_order",),
+    parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 PEAK_CONGESTION = Cause(
     "network", "peak_congestion", "loss or RTT over its off-peak baseline, only in a peak window",
     ALL, DROPPED, (
@@ -119,7 +142,8 @@ PEAK_CONGESTION = Cause(
         "Shift this carrier's peak traffic to a better-peered entry or a second region.",
     ),
     absorbs=(PACKET_LOSS,), answers=("LLMPathLossPeakDrift",),
-    thresholds=("diagnosis.drift_ratio", "alerting.peak_drift_min_loss_ratio"))
+    thresholds=("diagnosis.drift_ratio", "alerting.peak_drift_min_loss_ratio"),
+    parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 CONNECTION_SETUP = Cause(
     "network", "connection_setup", "DNS, connect and TLS take most of the probe's TTFT",
     FIRST_TOKEN | FAILURES, DROPPED, (
@@ -127,7 +151,8 @@ CONNECTION_SETUP = Cause(
         "pooling in the client so requests reuse connections.",
         "Place a TLS-terminating entry point near the users.",
     ),
-    thresholds=("diagnosis.connection_setup_share",))
+    thresholds=("diagnosis.connection_setup_share",),
+    parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 STREAM_STALLS = Cause(
     "network", "stream_stalls",
     "the client sees stalls while the engine emits tokens steadily", TPOT, DROPPED, (
@@ -154,14 +179,16 @@ QUEUEING = Cause(
         "Shed or rate-limit load at the gateway before requests queue for seconds.",
     ),
     pages=("LLMEngineCapacityBound",),
-    thresholds=("alerting.queue_share_ratio", "diagnosis.queue_share"))
+    thresholds=("alerting.queue_share_ratio", "diagnosis.queue_share"),
+    parts=(BudgetPart.QUEUE,))
 SLOW_PREFILL = Cause(
     "engine", "slow_prefill", "inference dominates and the first token is slow", FIRST_TOKEN,
     ANY_FAILURE, (
         "Check prompt lengths and the prefix cache hit ratio; enable chunked prefill.",
         "Consider prefill/decode disaggregation or more tensor parallelism for long prompts.",
     ),
-    pages=("LLMEngineComputeBound",), thresholds=("slo.ttft_p95_seconds",))
+    pages=("LLMEngineComputeBound",), thresholds=("slo.ttft_p95_seconds",),
+    parts=(BudgetPart.PREFILL,))
 SLOW_DECODE = Cause(
     "engine", "slow_decode", "inference dominates and decode (inter-token latency) is slow",
     TPOT, ANY_FAILURE, (
@@ -179,7 +206,8 @@ KV_CACHE_PRESSURE = Cause(
     ),
     # Queued because the cache cannot admit more: one cause, the cache's.
     absorbs=(QUEUEING,), pages=("LLMEngineKVCacheSaturated",),
-    thresholds=("alerting.kv_cache_usage_ratio", "diagnosis.kv_cache_usage"))
+    thresholds=("alerting.kv_cache_usage_ratio", "diagnosis.kv_cache_usage"),
+    parts=(BudgetPart.QUEUE, BudgetPart.PREFILL))
 IMBALANCE = Cause(
     "engine", "imbalance",
     "one data-parallel rank's queue or KV cache is far above its peers'",
@@ -194,7 +222,8 @@ IMBALANCE = Cause(
     ),
     absorbs=(QUEUEING,), pages=("LLMEngineImbalance",),
     thresholds=("alerting.imbalance_ratio", "alerting.imbalance_min_waiting",
-                "alerting.imbalance_kv_gap"))
+                "alerting.imbalance_kv_gap"),
+    parts=(BudgetPart.QUEUE,))
 
 FRONTEND = Cause(
     "engine", "frontend",
@@ -208,7 +237,8 @@ FRONTEND = Cause(
     ),
     absorbs=(SLOW_PREFILL,), pages=("LLMEngineFrontendBound",),
     thresholds=("alerting.frontend_share_ratio", "slo.ttft_p95_seconds",
-                "diagnosis.frontend_share"))
+                "diagnosis.frontend_share"),
+    parts=(BudgetPart.FRONTEND,))
 PREFIX_CACHE_MISS = Cause(
     "engine", "prefix_cache_miss",
     "the prefix cache stopped hitting and prefill per request grew",
@@ -218,7 +248,8 @@ PREFIX_CACHE_MISS = Cause(
         "Check the cache holds the prefixes in use (KV cache usage, cache size) and that "
         "requests sharing a prefix reach the same instance (router affinity).",
     ),
-    absorbs=(SLOW_PREFILL,), thresholds=("diagnosis.prefix_hit_min", "diagnosis.drift_ratio"))
+    absorbs=(SLOW_PREFILL,), thresholds=("diagnosis.prefix_hit_min", "diagnosis.drift_ratio"),
+    parts=(BudgetPart.PREFILL,))
 SPEC_DECODE = Cause(
     "engine", "spec_decode",
     "speculative decoding's draft tokens are accepted less, so each step yields fewer tokens",
@@ -242,7 +273,8 @@ KV_TRANSFER = Cause(
     # Requests waiting for their KV wait in the queue.
     absorbs=(SLOW_PREFILL, QUEUEING), pages=("LLMEngineKVTransferSlow",),
     thresholds=("alerting.kv_transfer_share_ratio", "slo.ttft_p95_seconds",
-                "diagnosis.kv_transfer_share"))
+                "diagnosis.kv_transfer_share"),
+    parts=(BudgetPart.KV_TRANSFER, BudgetPart.QUEUE))
 
 # --- gpu ----------------------------------------------------------------------------------
 #: A GPU cause says why its engine's time split (slow prefill, slow decode) is slow.
@@ -255,14 +287,16 @@ THROTTLING = Cause(
         "Move load off the throttled GPU until the cause is fixed.",
     ),
     absorbs=SPLIT, pages=("LLMGPUThrottled",),
-    thresholds=("alerting.throttle_reasons", "alerting.throttle_share"))
+    thresholds=("alerting.throttle_reasons", "alerting.throttle_share"),
+    parts=(BudgetPart.QUEUE, BudgetPart.PREFILL))
 MEMORY_FULL = Cause(
     "gpu", "memory_full", "GPU memory is at its limit", ALL, frozenset(("server", "stream")), (
         "Check what else holds memory on the GPU (llm_gpu_process_memory_bytes).",
         "Lower the engine's memory fraction or the batch limit.",
     ),
     absorbs=SPLIT, pages=("LLMGPUMemoryNearFull",),
-    thresholds=("alerting.gpu_memory_ratio", "diagnosis.gpu_memory_ratio"))
+    thresholds=("alerting.gpu_memory_ratio", "diagnosis.gpu_memory_ratio"),
+    parts=(BudgetPart.QUEUE, BudgetPart.PREFILL))
 XID_ERRORS = Cause(
     "gpu", "xid_errors", "the driver reported XID errors in the window", ALL,
     frozenset(("server", "stream", "timeout", "connect")), (
@@ -276,7 +310,8 @@ UNDERUTILIZED = Cause(
         "tokenization, I/O, PCIe) and the scheduler's batch limit.",
     ),
     # An idle GPU under a slow engine is a why too: the time goes to the host.
-    absorbs=SPLIT, thresholds=("diagnosis.gpu_underutilized",))
+    absorbs=SPLIT, thresholds=("diagnosis.gpu_underutilized",),
+    parts=(BudgetPart.QUEUE, BudgetPart.PREFILL))
 MEMORY_BANDWIDTH = Cause(
     "gpu", "memory_bandwidth", "DRAM bandwidth is saturated while decode is slow", TPOT,
     TIMEOUT, (
@@ -298,7 +333,8 @@ LONG_PROMPTS = Cause(
     # tokenize (a real vLLM's 7,000-token prompts: most of the first token before the engine).
     absorbs=(SLOW_PREFILL, QUEUEING, FRONTEND),
     thresholds=("diagnosis.prompt_budget_share", "diagnosis.long_prompt_tokens",
-                "diagnosis.prompt_growth"))
+                "diagnosis.prompt_growth"),
+    parts=(BudgetPart.FRONTEND, BudgetPart.QUEUE, BudgetPart.PREFILL))
 RATE_LIMITED = Cause(
     "application", "rate_limited", "requests are answered 429", FAILURES,
     frozenset(("limited",)), (
@@ -314,7 +350,8 @@ CLIENT_CONCURRENCY = Cause(
         "Find the client whose rate grew (gateway logs).",
     ),
     # More clients at the same capacity make the queue long and fill the cache.
-    absorbs=(QUEUEING, KV_CACHE_PRESSURE), thresholds=("diagnosis.request_rate_growth",))
+    absorbs=(QUEUEING, KV_CACHE_PRESSURE), thresholds=("diagnosis.request_rate_growth",),
+    parts=(BudgetPart.QUEUE,))
 CLIENT_TIMEOUTS = Cause(
     "application", "client_timeouts",
     "requests time out while the server answers within its SLO", FAILURES, TIMEOUT, (

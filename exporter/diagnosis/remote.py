@@ -9,11 +9,11 @@ import urllib.parse
 import urllib.request
 from typing import Any, cast, get_args
 
+from exporter.diagnosis.causes import BudgetPart
 from exporter.diagnosis.promapi import SourceError, fetch_json
 from exporter.diagnosis.result import (
     SCHEMA_ID,
     Budget,
-    BudgetPart,
     Diagnosis,
     Evidence,
     Pending,

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from exporter import metrics
-from exporter.diagnosis.causes import NAMES, Symptom
+from exporter.diagnosis.causes import NAMES, BudgetPart, Symptom
 
 SCHEMA_ID = "llm-latency-diagnosis/v1"
 
@@ -90,21 +90,6 @@ class Verdict:
             "evidence": [e.to_json() for e in self.evidence],
             "actions": list(self.actions),
         }
-
-
-class BudgetPart(StrEnum):
-    """The parts a client's mean first token is the sum of, in the order a request meets
-    them. ``prefill`` is the engine's scheduled-to-first-token (its first decode step
-    included) less any KV handover inside it; ``remainder`` is what none of the others
-    accounts for (delivery, proxies, or a part no metric covers), negative when they add up
-    to more than the client waited."""
-
-    NETWORK = "network"
-    FRONTEND = "frontend"
-    QUEUE = "queue"
-    KV_TRANSFER = "kv_transfer"
-    PREFILL = "prefill"
-    REMAINDER = "remainder"
 
 
 @dataclass(frozen=True)

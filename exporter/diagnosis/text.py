@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter.diagnosis.result import Budget, BudgetPart, Diagnosis, Evidence, StepResult, Verdict
+from exporter.diagnosis.causes import BudgetPart
+from exporter.diagnosis.result import Budget, Diagnosis, Evidence, StepResult, Verdict
 
 
 def _num(value: float | None) -> str:

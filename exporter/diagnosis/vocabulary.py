@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exporter.diagnosis.causes import CAUSES, LAYERS, NAMES, Cause
-from exporter.diagnosis.result import BudgetPart
+from exporter.diagnosis.causes import CAUSES, LAYERS, NAMES, BudgetPart, Cause
 from exporter.docblock import DocBlock
 
 SCHEMA_FILE = Path(__file__).with_name("schema.json")
@@ -42,10 +41,15 @@ def _alerts(c: Cause) -> str:
     return ", ".join(f"`{a}`" for a in c.pages) or "—"
 
 
+def _parts(c: Cause) -> str:
+    return ", ".join(f"`{p}`" for p in c.parts) or "—"
+
+
 def markdown() -> str:
-    lines = ["| Layer | Cause | Meaning | Paged by | First action |", "|---|---|---|---|---|"]
-    lines += [f"| {c.layer} | `{c.name}` | {c.meaning} | {_alerts(c)} | {c.actions[0]} |"
-              for c in CAUSES]
+    lines = ["| Layer | Cause | Meaning | Its time, in the budget | Paged by | First action |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {c.layer} | `{c.name}` | {c.meaning} | {_parts(c)} | {_alerts(c)} | "
+              f"{c.actions[0]} |" for c in CAUSES]
     return "\n".join(lines) + "\n"
 
 

@@ -9,9 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter import metrics
-from exporter.diagnosis.causes import FRONTEND, KV_TRANSFER, PREFIX_CACHE_MISS, SPEC_DECODE, Cause
+from exporter.diagnosis.causes import (
+    FRONTEND,
+    KV_TRANSFER,
+    PREFIX_CACHE_MISS,
+    SPEC_DECODE,
+    BudgetPart,
+    Cause,
+)
 from exporter.diagnosis.observations import EngineWindow, ProbeWindow
-from exporter.diagnosis.result import Budget, BudgetPart, Evidence
+from exporter.diagnosis.result import Budget, Evidence
 from exporter.diagnosis.steps.base import Case, EngineState
 from exporter.diagnosis.steps.words import pct, secs, strength
 
@@ -61,15 +68,7 @@ def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
     over = over_first(st)
     front = e.frontend_mean
     if front is not None and front > lines.frontend_share * slo:
-        line = lines.frontend_share * slo
-        ev = [case.evidence(FRONTEND_PART, front, lab, line)]
-        cpu = ""
-        if e.process_cpu is not None:
-            ev.append(case.evidence(PROCESS_CPU, e.process_cpu, lab, 1.0))
-            cpu = f", its process at {e.process_cpu:.2f} of a core"
-        return Why(FRONTEND, f"Engine {e.engine}'s API server holds each request {secs(front)} "
-                   f"before queueing it{cpu}{accounts(front, over)}", ev,
-                   strength(front, line))
+        return _frontend(case, st, lab, front)
     kv = e.kv_transfer_mean
     if kv is not None and kv > lines.kv_transfer_share * slo:
         line = lines.kv_transfer_share * slo
@@ -82,6 +81,27 @@ def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
                    f"from the prefill instance ({e.deferred or 0:.3g} requests deferred on "
                    f"average){accounts(kv, over)}", ev, strength(kv, line))
     return _prefix(case, st, lab, over)
+
+
+def _frontend(case: Case, st: EngineState, lab: dict[str, str], front: float) -> Why:
+    e, line = st.engine, case.thresholds.frontend_share * st.slo_ttft
+    ev = [case.evidence(FRONTEND_PART, front, lab, line)]
+    cpu = ""
+    if e.process_cpu is not None:
+        ev.append(case.evidence(PROCESS_CPU, e.process_cpu, lab, 1.0))
+        cpu = f", its process at {e.process_cpu:.2f} of a core"
+    return Why(FRONTEND, f"Engine {e.engine}'s API server holds each request {secs(front)} "
+               f"before queueing it{cpu}{accounts(front, over_first(st))}", ev,
+               strength(front, line))
+
+
+def instead_of_prefill(case: Case, st: EngineState, lab: dict[str, str], prefill: float
+                       ) -> Why | None:
+    """The API server, where it holds requests longer than their prefill takes: a slow
+    first token whose prefill cannot account for it is the part that grew, under its line
+    or not."""
+    front = st.engine.frontend_mean
+    return None if front is None or front <= prefill else _frontend(case, st, lab, front)
 
 
 def _prefix(case: Case, st: EngineState, lab: dict[str, str], over: float | None

@@ -162,8 +162,12 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
         # with this as more evidence); else prefill is it, with how much of the excess it
         # accounts for.
         taken = next((f for f in out if SLOW_PREFILL in f.cause.absorbs), None)
+        server = budget.instead_of_prefill(case, st, lab, e.prefill_seconds / n)
         if taken is not None:
             taken.evidence.extend(x for x in ev if x not in taken.evidence)
+        elif server is not None:
+            add(server.cause, server.headline, [*server.evidence, *ev], server.strength,
+                over_line=False)
         else:
             add(SLOW_PREFILL, f"Engine {e.engine}'s prefill takes "
                 f"{secs(e.prefill_seconds / n)} per request with little queueing "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.diagnosis.result import BudgetPart
+from exporter.diagnosis.causes import BudgetPart
 from exporter.runtime.page.fmt import esc as _e
 from exporter.runtime.page.fmt import seconds as _s
 

@@ -30,6 +30,7 @@ from exporter import metrics
 from exporter.checks.engine.table import rows_for_engine
 from exporter.config.load import load_config
 from exporter.config.values import format_duration, parse_duration
+from exporter.diagnosis.causes import BY_KEY
 from exporter.monitoring import findings, generate
 from tests.support.lab.base import NetRun
 from tests.support.lab.load import FILLER
@@ -411,7 +412,7 @@ class LabRun(NetRun):
             if source == "prometheus":
                 self.scraped()
             diagnosis = self.diagnosis(source)
-            why = match(expect, diagnosis)
+            why = match(expect, diagnosis) + accounting(diagnosis)
             if source == "prometheus":
                 why += one_answer(self.alerts(), diagnosis)
             out[source] = (diagnosis, why)
@@ -455,6 +456,35 @@ def match(expect: list[dict[str, Any]], diagnosis: dict[str, Any]) -> list[str]:
         if not any(fits(want, got) for got in rest):
             return [f"expected {_names([want])} after the primary, in chain order; got "
                     f"{_names(verdicts)}"]
+    return []
+
+
+#: A primary verdict that explains a slow first token accounts for at least this share of it.
+ACCOUNTED = 0.5
+
+
+def accounting(diagnosis: dict[str, Any]) -> list[str]:
+    """Why the primary verdict does not account for the slow first tokens it explains ([]
+    when it does): over its probes, its own parts of the budget (``Cause.parts``) must hold at
+    least ACCOUNTED of the excess, the share of each TTFT P95 over its SLO taken of that
+    probe's mean TTFT (what the parts sum to). A cause with no part of the first token (a
+    slow decode, a 429) is not asked."""
+    verdicts = diagnosis.get("verdicts") or []
+    cause = BY_KEY.get((verdicts[0]["layer"], verdicts[0]["cause"])) if verdicts else None
+    if cause is None or not cause.parts or "ttft" not in verdicts[0].get("symptoms", ()):
+        return []
+    budget = {b["probe"]: b for b in diagnosis.get("budget") or []}
+    covered = excess = 0.0
+    for e in verdicts[0].get("evidence") or []:
+        row = budget.get(e.get("labels", {}).get("probe"))
+        slo, p95 = e.get("threshold"), e.get("value")
+        if e["metric"] != metrics.PROBE_TTFT.name or row is None or not slo or p95 <= slo:
+            continue
+        excess += row["ttft"] * (p95 - slo) / p95
+        covered += sum(row["parts"].get(str(p)) or 0.0 for p in cause.parts)
+    if excess and covered < ACCOUNTED * excess:
+        return [f"primary {cause} accounts for {covered:.3f} s of the {excess:.3f} s its probes'"
+                f" mean TTFTs are over (its parts: {', '.join(cause.parts)})"]
     return []
 
 

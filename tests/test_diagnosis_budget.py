@@ -84,3 +84,17 @@ def test_a_slow_first_token_whose_prefill_cannot_account_for_it_is_the_api_serve
     doc = diagnose(all_probes(with_engine(healthy(), ttft_p95=1.5, frontend_mean=0.1),
                               ttft_p95=1.6))
     assert (doc.verdicts[0].layer, doc.verdicts[0].cause) == ("engine", "slow_prefill")
+
+
+def test_a_prefix_cache_miss_that_stretches_decode_is_one_cause() -> None:
+    # A timestamp at the head of the shared system prompt: the prefix computed again in
+    # chunks beside the running decodes stretches their steps (inter-token P95 600 ms).
+    obs = all_probes(with_engine(
+        healthy(), ttft_p95=2.0, itl_p95=0.6, prefix_hit_ratio=0.0,
+        prefix_hit_ratio_baseline=0.89, prefill_mean=0.6, prefill_mean_baseline=0.15),
+        ttft_p95=2.6, tpot_p95=0.3)
+    doc = diagnose(obs)
+    assert [(v.layer, v.cause) for v in doc.verdicts] == [("engine", "prefix_cache_miss")], \
+        render(doc)
+    assert set(doc.verdicts[0].symptoms) == {"ttft", "tpot"}
+    assert "stretch the decode steps" in doc.verdicts[0].summary

@@ -242,13 +242,16 @@ FRONTEND = Cause(
 PREFIX_CACHE_MISS = Cause(
     "engine", "prefix_cache_miss",
     "the prefix cache stopped hitting and prefill per request grew",
-    FIRST_TOKEN, TIMEOUT, (
+    COMPUTE, TIMEOUT, (
         "Look for something unique at the head of shared prompts (a timestamp, a request id, "
         "a user's name in the system prompt): move it after the shared part.",
         "Check the cache holds the prefixes in use (KV cache usage, cache size) and that "
         "requests sharing a prefix reach the same instance (router affinity).",
     ),
-    absorbs=(SLOW_PREFILL,), thresholds=("diagnosis.prefix_hit_min", "diagnosis.drift_ratio"),
+    # The prefix it no longer spares is computed in chunks beside the running decodes, so
+    # their steps stretch too: the stream's slowness is the same cause.
+    absorbs=(SLOW_PREFILL, SLOW_DECODE),
+    thresholds=("diagnosis.prefix_hit_min", "diagnosis.drift_ratio"),
     parts=(BudgetPart.PREFILL,))
 SPEC_DECODE = Cause(
     "engine", "spec_decode",

@@ -181,8 +181,13 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
             ev.append(case.evidence(metrics.ENGINE_ITL.name, e.itl_p95, lab, st.slo_tpot,
                                     grid=e.itl_buckets))
             coarse = resolution(e.itl_p95, e.itl_buckets, st.slo_tpot, "TPOT SLO")
+        stretched = next((f for f in out if SLOW_DECODE in f.cause.absorbs), None)
         if spec is not None:
             add(spec.cause, spec.headline + coarse, [*spec.evidence, *ev], spec.strength)
+        elif stretched is not None:
+            stretched.headline += (f"; its prefill chunks stretch the decode steps beside them "
+                                   f"(inter-token P95 {secs(e.itl_p95 or 0)})")
+            stretched.evidence.extend(x for x in ev if x not in stretched.evidence)
         else:
             add(SLOW_DECODE, f"Engine {e.engine} decodes slowly: inter-token P95 "
                 f"{secs(e.itl_p95 or 0)} (SLO {secs(st.slo_tpot)}), decode "

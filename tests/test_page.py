@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -21,6 +22,7 @@ from exporter.diagnosis.observations import ClientWindow, Observations, PathWind
 from exporter.diagnosis.trends import SPAN, Trends
 from exporter.diagnosis.windows import History
 from exporter.runtime import page
+from exporter.runtime.page import budget as page_budget
 from exporter.runtime.page import fmt
 from exporter.runtime.page.spark import sparkline
 from exporter.runtime.scheduler import CheckState
@@ -256,3 +258,22 @@ def test_a_path_tile_shows_its_carriers_probe_streams() -> None:
     assert 'class="v" data-metric="stream_retransmission" data-value="0.0">0.0 %<' in unicom
     # No probe rides telecom: no figure, not a clean one.
     assert f'data-metric="stream_retransmission" data-value="{fmt.attr(None)}"' in telecom
+
+
+def _widths(markup: str) -> dict[str, float]:
+    return {m[0]: float(m[1]) for m in
+            re.findall(r'data-part="(\w+)"[^>]*width:([\d.]+)%', markup)}
+
+
+def test_budget_bar_parts_are_shares_of_the_ttft_or_of_their_sum() -> None:
+    row = {"probe": "p", "carrier": "telecom", "ttft": 1.0,
+           "parts": {"network": 0.1, "queue": None, "prefill": 0.6, "remainder": 0.3}}
+    assert _widths(page_budget.html([row])) == {"network": 10.0, "prefill": 60.0,
+                                                "remainder": 30.0}
+    # The engine's means over all its requests add up to more than this probe waited: the
+    # bar is their sum, each part in proportion, and the excess is said in words.
+    row["parts"] = {"network": 0.1, "prefill": 1.1, "remainder": -0.2}
+    markup = page_budget.html([row])
+    assert _widths(markup) == {"network": pytest.approx(100 / 12, abs=0.01),
+                               "prefill": pytest.approx(1100 / 12, abs=0.01)}
+    assert "add up to 200 ms more than the client waited" in markup

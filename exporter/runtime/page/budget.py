@@ -1,7 +1,8 @@
 """The first token's budget on the ``/`` page, from the diagnosis JSON's ``budget``: one
 stacked bar per probe (its carrier first), each part's width its share of the probe's mean
 TTFT, the milliseconds in a legend under it. A remainder below zero (the parts add up to
-more than the client waited) is said in words, not drawn."""
+more than the client waited) is said in words, not drawn, and the bar is then the parts'
+sum, so no part is cut off."""
 
 from __future__ import annotations
 
@@ -24,15 +25,16 @@ STYLE = (".budget{display:flex;height:14px;border-radius:3px;overflow:hidden;"
 def _bar(row: dict[str, Any]) -> str:
     ttft = float(row.get("ttft") or 0.0)
     parts: dict[str, Any] = row.get("parts") or {}
+    whole = max(ttft, sum(v for v in parts.values() if v is not None and v > 0))
     spans, legend = [], []
     for p in BudgetPart:
         value = parts.get(p)
         if value is None:
             continue
         legend.append(f'<i class="p-{p}"></i>{p} {_e(_s(value))}')
-        if value > 0 and ttft > 0:
+        if value > 0 and whole > 0:
             spans.append(f'<span class="p-{p}" data-part="{p}" title="{p} {_e(_s(value))}" '
-                         f'style="width:{100 * min(value / ttft, 1.0):.2f}%"></span>')
+                         f'style="width:{100 * value / whole:.2f}%"></span>')
     over = parts.get(BudgetPart.REMAINDER)
     note = (f" (the parts add up to {_e(_s(-over))} more than the client waited)"
             if over is not None and over < 0 else "")

@@ -88,7 +88,8 @@ def test_rules_and_dashboards_on_real_prometheus(
     prometheus: Callable[..., Prometheus],
 ) -> None:
     exporter_port = free_port()
-    sim_port = simulator(fmt="vllm", seed=7).port
+    # Timing each request (vLLM --enable-per-request-metrics) feeds the first token's parts.
+    sim_port = simulator(fmt="vllm", seed=7, enable_per_request_metrics=True).port
     sim = f"http://127.0.0.1:{sim_port}"
     exporter = f"http://127.0.0.1:{exporter_port}"
 

@@ -70,7 +70,9 @@ def report_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     peak_at = (math.floor((start + LEAD) / 60) + 1) * 60.0
     exporter_port = free_port()
     procs: list[Proc] = []
-    with running_simulator(fmt="vllm", seed=3, fast=True) as sim:
+    # Timing each request (vLLM --enable-per-request-metrics) splits the probes' TTFT.
+    with running_simulator(fmt="vllm", seed=3, fast=True,
+                           enable_per_request_metrics=True) as sim:
         try:
             config = tmp / "config.yaml"
             config.write_text(config_text(exporter_port, sim.port, peak_at, tmp))
@@ -154,6 +156,10 @@ def test_daytime_and_peak_tables_match_promql(report_lab: dict[str, Any]) -> Non
         "users_rtt": 'llm_clients_rtt_seconds_bucket{carrier="lab"}',
         # The probes' own connections, as their kernel timed them (TCP_INFO).
         "probe_tcp_rtt": 'llm_probe_tcp_rtt_seconds_bucket{carrier="lab"}',
+        # The probes' TTFT by the engine's own timing of each request.
+        **{f"ttft_{part}": 'llm_probe_server_timing_seconds_bucket'
+                           f'{{carrier="lab",part="{part}",profile!="long_context"}}'
+           for part in ("queue", "prefill", "network_frontend")},
     }
     for name, selector in hist.items():
         for cls, rng, at in (("daytime", day, peak_at), ("evening", peak, end)):
@@ -182,10 +188,14 @@ def test_daytime_and_peak_tables_match_promql(report_lab: dict[str, Any]) -> Non
                                 "sum(increase(llm_probe_tcp_segments_total"
                                 f'{{carrier="lab",segments="{whole}"}}{rng}))', at)
             assert want is not None and near(carrier[field][cls], want), (field, cls)
-    # The fault ran in the peak window: its TTFT is the slow one, and the difference says so.
+    # The fault ran in the peak window: its TTFT is the slow one, and the difference says so;
+    # the engine's timing puts it in the prefill, not the queue or the way in and out.
     ttft = m["ttft"]
     assert ttft["by_class"]["evening"]["p95"] > SLOW_FIRST_TOKEN
     assert ttft["by_class"]["daytime"]["p95"] < SLOW_FIRST_TOKEN
+    assert m["ttft_prefill"]["by_class"]["evening"]["p50"] > SLOW_FIRST_TOKEN / 2
+    for part in ("ttft_queue", "ttft_network_frontend"):
+        assert m[part]["by_class"]["evening"]["p50"] < SLOW_FIRST_TOKEN / 2, part
     assert near(ttft["diff"]["evening"]["p95"],
                 ttft["by_class"]["evening"]["p95"] - ttft["by_class"]["daytime"]["p95"])
 

@@ -31,6 +31,9 @@ NOT_LONG = f'{{profile!="{LONG_CONTEXT}"}}'
 ONLY_LONG = f'{{profile="{LONG_CONTEXT}"}}'
 RFC3550 = f'{{method="{metrics.PATH_JITTER_RFC3550}"}}'
 TIMEOUTS = tuple(o.value for o in ProbeOutcome if o.value.startswith("timeout_"))
+#: The parts of a probe's TTFT the engine's own timing splits it into, in a request's order.
+FIRST_TOKEN_PARTS = (metrics.ServerPart.QUEUE, metrics.ServerPart.PREFILL,
+                     metrics.ServerPart.NETWORK_FRONTEND)
 
 
 def _hist(name: str, data: Buckets, key: Key, classes: Sequence[str]) -> Metric:
@@ -67,6 +70,12 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
     retransmitted = col.totals(metrics.CLIENTS_SEGMENTS_RETRANSMITTED, CARRIER)
     # The probes' own streams (TCP_INFO of their connections), per carrier.
     probe_rtt = col.buckets(metrics.PROBE_TCP_RTT, CARRIER)
+    # The probes' first token as the engine timed each request, part by part (empty where
+    # the engine does not time its requests).
+    timing, part = metrics.PROBE_SERVER_TIMING, metrics.PROBE_SERVER_TIMING.labels[-1]
+    first = {p: col.buckets(timing, CARRIER,
+                            f'{{{part}="{p.value}",profile!="{LONG_CONTEXT}"}}')
+             for p in FIRST_TOKEN_PARTS}
     family, label = metrics.PROBE_TCP_SEGMENTS, metrics.PROBE_TCP_SEGMENTS.labels[-1]
     probe_segments = {
         kind: col.totals(family, CARRIER, f'{{{label}="{kind.value}"}}')
@@ -97,6 +106,8 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
                 _gauge("loss", "ratio", loss, key, classes),
                 _hist("users_rtt", users_rtt, key, classes),
                 _hist("probe_tcp_rtt", probe_rtt, key, classes),
+                *(_hist(f"ttft_{p.value}", first[p], key, classes)
+                  for p in FIRST_TOKEN_PARTS if key in first[p]),
             ],
         ))
     return out

@@ -13,7 +13,9 @@ from exporter.report.model import Metric, Report
 QS = ("p50", "p95", "p99")
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "rtt": "RTT", "jitter": "jitter (RFC 3550)",
           "loss": "loss per burst", "queue_time": "queue time",
-          "users_rtt": "real users' RTT", "probe_tcp_rtt": "probes' kernel RTT"}
+          "users_rtt": "real users' RTT", "probe_tcp_rtt": "probes' kernel RTT",
+          "ttft_queue": "TTFT: engine queue", "ttft_prefill": "TTFT: prefill",
+          "ttft_network_frontend": "TTFT: network and API server"}
 
 
 @dataclass(frozen=True)

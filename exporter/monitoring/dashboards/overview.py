@@ -15,6 +15,7 @@ from exporter.metrics.names import FLEET, RATE, prom_duration
 from exporter.monitoring.dashboards.kit import (
     RI,
     Section,
+    Target,
     build_dashboard,
     engine_shares,
     mean_of,
@@ -126,6 +127,14 @@ def overview(config: Config) -> db.Dashboard:
     )
     latency_row = Section("Latency budget", [
         budget_panel,
+        ts("First token by part: P50 and P95 per carrier",
+           "Each part of the probes' first token per carrier, as quantiles over the rate "
+           "interval (quantiles do not add up: the stacked means above do). network: the "
+           "probe connections' own round trip (TCP_INFO); queue and prefill: the engine's "
+           "own timing of each probe request (vLLM --enable-per-request-metrics, NIM "
+           "per-request stats; empty without it); network_frontend: the rest of the "
+           "client's TTFT, the way in and out and the engine's API server.",
+           "s", first_token_parts(), span=24),
         ts("Probe TTFT quantiles",
            f"P50, P95 and P99 time to first token per probe over {RATE}.",
            "s", quantiles(names.PROBE_TTFT, ps, "{{probe}}"),
@@ -157,6 +166,27 @@ def overview(config: Config) -> db.Dashboard:
         ("instance", "probe", "carrier", "model"),
         [slo_row, latency_row, vantage_row(config, ps)],
     )
+
+
+def first_token_parts() -> list[Target]:
+    """P50 and P95 per carrier of the network's round trip and of each part of the probes'
+    TTFT the engine timed (decode follows the first token: not a part of it)."""
+    rtt, timing = metrics.PROBE_TCP_RTT, metrics.PROBE_SERVER_TIMING
+    part = timing.labels[-1]
+    ps = sel("instance", "probe", "carrier")
+    first = sel("instance", "probe", "carrier",
+                extra=f'{part}!="{metrics.ServerPart.DECODE.value}"')
+    out: list[Target] = []
+    for q in (0.5, 0.95):
+        p = f"p{q * 100:g}"
+        out += [
+            (f"histogram_quantile({q:g}, sum by (le, carrier) "
+             f"(rate({rtt.name}_bucket{ps}[{RI}])))", f"{{{{carrier}}}} network {p}"),
+            (f"histogram_quantile({q:g}, sum by (le, carrier, {part}) "
+             f"(rate({timing.name}_bucket{first}[{RI}])))",
+             f"{{{{carrier}}}} {{{{{part}}}}} {p}"),
+        ]
+    return out
 
 
 def vantage_row(config: Config, ps: str) -> Section:

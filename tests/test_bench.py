@@ -59,7 +59,7 @@ def test_json_schema_and_summary(sim: Simulator, tmp_path: Path) -> None:
     assert [r["id"] for r in records] == list(range(8))
     for r in records:
         assert r["outcome"] == "ok" and r["connection"] in ("new", "reused")
-        assert 0 < r["ttft_s"] <= r["ttfc_s"] <= r["e2e_s"] and r["start_s"] >= 0
+        assert 0 < r["ttft_s"] <= r["ttfc_s"] <= r["e2e_s"] <= r["finish_s"] and r["start_s"] >= 0
         assert r["output_tokens"] == 10 and r["output_tokens_estimated"] is False
         # Two tokens per chunk after the first: fewer gaps than tokens - 1.
         assert 1 <= len(r["itl_s"]) < 9

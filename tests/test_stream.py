@@ -57,6 +57,18 @@ def test_basic_stream_timing_and_usage() -> None:
     assert res.prompt_tokens == 11 and res.cached_tokens is None
 
 
+def test_finish_is_the_finish_reason_chunk_even_when_its_token_had_no_text() -> None:
+    # vLLM's chunk for a last token that decodes to nothing (a skipped special token, a byte
+    # held back for a whole character): empty content beside the finish reason.
+    last = chunk({"content": ""})
+    last["choices"][0]["finish_reason"] = "length"
+    res = read([(0.5, ev(chunk({"content": "a"}))), (0.6, ev(chunk({"content": "b"}))),
+                (0.8, ev(last)), (0.9, ev(USAGE) + ev("[DONE]"))], start=0.1)
+    assert res.e2e == pytest.approx(0.5) and res.finish == pytest.approx(0.7)
+    unfinished = read([(0.5, ev(chunk({"content": "a"})))])
+    assert unfinished.finish is None and unfinished.outcome is ProbeOutcome.STREAM_RESET
+
+
 def test_event_split_across_reads_is_stamped_when_completed() -> None:
     text = ev(chunk({"content": "abc"}))
     cut = len(text) // 2

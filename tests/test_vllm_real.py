@@ -25,7 +25,6 @@ import pytest
 from exporter import metrics
 from exporter.checks.engine.table import SOURCES
 from exporter.config.load import parse_config
-from exporter.probing import server_timing
 from exporter.runtime.app import App
 from exporter.simulator.openai import per_request_metrics
 from tests.support import ROOT
@@ -257,13 +256,17 @@ def test_bench_against_real_streams_and_ttft_versus_engine(vllm: VllmServer,
     # lead over vLLM's E2E is at most what each request's own timing leaves outside the
     # engine (the mean of twelve leads was 50.9 ms in one CI run, 8.8 ms the median TTFT
     # share). The lead itself has no lower bound: the frontend may stamp the finish after the
-    # client has read the last token (-0.4 ms and -7.5 ms in two CI runs), so each request's
-    # own span is what is held inside the client's, by the tolerance the probe's split allows
-    # a TTFT (one request's span outran its client's by 17 ms in a CI run on two busy cores).
+    # client has read the last token (-0.4 ms and -7.5 ms in two CI runs). What each
+    # request's own span is held inside is the client's time to the chunk that names the
+    # finish reason: it carries the engine's last token, which on this random model often
+    # decodes to no text (20 to 23 of 24 chunks bore text in one run), so the client's E2E, at
+    # the last text, ended up to 23 ms before vLLM's last token in a CI run on two busy cores.
+    # Both ends are stamped on the host's CLOCK_MONOTONIC: no tolerance but rounding.
     assert {r["server_split"] for r in records} == {"exact"}
     e2e_shares = [r["e2e_s"] - r["queue_s"] - r["prefill_s"] - r["decode_s"] for r in records]
-    outside = [(s, r["e2e_s"]) for s, r in zip(e2e_shares, records, strict=True)
-               if s < -server_timing.tolerance(r["e2e_s"])]
+    assert all(r["e2e_s"] <= r["finish_s"] for r in records)
+    spans = [(r["finish_s"], r["queue_s"] + r["prefill_s"] + r["decode_s"]) for r in records]
+    outside = [(finish, span) for finish, span in spans if span > finish + SPLIT_ROUNDING]
     print(f"client less engine, mean: E2E {e2e_gap * 1000:.2f} ms, "
           f"TTFT {ttft_gap * 1000:.2f} ms; outside the engine, median and mean: of TTFT "
           f"{statistics.median(shares) * 1000:.2f} and {statistics.fmean(shares) * 1000:.2f} ms, "

@@ -98,6 +98,7 @@ def to_record(i: int, max_tokens: int, res: RequestResult, origin: float) -> dic
         "tpot_s": s.tpot if s else None,
         "itl_s": s.itl if s else [],
         "e2e_s": s.e2e if s else None,
+        "finish_s": s.finish if s else None,
         "output_tokens": s.output_tokens if s else None,
         "output_tokens_estimated": s.tokens_estimated if s else None,
         "prompt_tokens": s.prompt_tokens if s else None,

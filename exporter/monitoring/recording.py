@@ -135,16 +135,17 @@ def probe_stream_retransmission() -> str:
 def probe_stream_recording() -> list[Rule]:
     """Per carrier, its probes' own streams (TCP_INFO): retransmitted over sent and out of
     order over received segments, the two shares LLMProbeStreamPacketLoss compares with
-    the loss SLO per probe, and the kernel's smoothed RTT."""
+    the loss SLO per probe, the kernel's smoothed RTT, and the engine's timing of each
+    request part by part."""
     seg = metrics.TcpSegments
-    rtt = names.PROBE_TCP_RTT
     return [
         record(names.PROBE_STREAM_RETRANSMISSION, probe_stream_retransmission()),
         record(names.PROBE_STREAM_OUT_OF_ORDER,
                segments_share(CARRIER, seg.OUT_OF_ORDER, seg.RECEIVED, TAGGED)),
-        *(record(name, f"histogram_quantile({q:g}, sum by (le, {rtt.level.by}) "
-                       f"(rate({rtt.family.name}_bucket{{{TAGGED}}}[{RATE}])))")
-          for q, name in rtt.by_quantile()),
+        *(record(name, f"histogram_quantile({q:g}, sum by (le, {series.level.by}) "
+                       f"(rate({series.family.name}_bucket{{{TAGGED}}}[{RATE}])))")
+          for series in (names.PROBE_TCP_RTT, names.PROBE_SERVER_TIMING)
+          for q, name in series.by_quantile()),
     ]
 
 

@@ -133,7 +133,8 @@ def overview(config: Config) -> db.Dashboard:
            "probe connections' own round trip (TCP_INFO); queue and prefill: the engine's "
            "own timing of each probe request (vLLM --enable-per-request-metrics, NIM "
            "per-request stats; empty without it); network_frontend: the rest of the "
-           "client's TTFT, the way in and out and the engine's API server.",
+           "client's TTFT, the way in and out and the engine's API server. Probes with a "
+           "carrier only.",
            "s", first_token_parts(), span=24),
         ts("Probe TTFT quantiles",
            f"P50, P95 and P99 time to first token per probe over {RATE}.",
@@ -170,22 +171,17 @@ def overview(config: Config) -> db.Dashboard:
 
 def first_token_parts() -> list[Target]:
     """P50 and P95 per carrier of the network's round trip and of each part of the probes'
-    TTFT the engine timed (decode follows the first token: not a part of it)."""
-    rtt, timing = metrics.PROBE_TCP_RTT, metrics.PROBE_SERVER_TIMING
-    part = timing.labels[-1]
-    ps = sel("instance", "probe", "carrier")
-    first = sel("instance", "probe", "carrier",
-                extra=f'{part}!="{metrics.ServerPart.DECODE.value}"')
+    TTFT the engine timed (decode follows the first token: not a part of it), as recorded:
+    the raw buckets stay at the edge."""
+    part = metrics.PROBE_SERVER_TIMING.labels[-1]
+    cs = sel("instance", "carrier")
+    first = sel("instance", "carrier", extra=f'{part}!="{metrics.ServerPart.DECODE.value}"')
     out: list[Target] = []
-    for q in (0.5, 0.95):
+    rtts, timings = names.PROBE_TCP_RTT.by_quantile(), names.PROBE_SERVER_TIMING.by_quantile()
+    for (q, rtt), (_, timing) in zip(rtts, timings, strict=False):  # P99 is not recorded
         p = f"p{q * 100:g}"
-        out += [
-            (f"histogram_quantile({q:g}, sum by (le, carrier) "
-             f"(rate({rtt.name}_bucket{ps}[{RI}])))", f"{{{{carrier}}}} network {p}"),
-            (f"histogram_quantile({q:g}, sum by (le, carrier, {part}) "
-             f"(rate({timing.name}_bucket{first}[{RI}])))",
-             f"{{{{carrier}}}} {{{{{part}}}}} {p}"),
-        ]
+        out += [(f"{rtt}{cs}", f"{{{{carrier}}}} network {p}"),
+                (f"{timing}{first}", f"{{{{carrier}}}} {{{{{part}}}}} {p}")]
     return out
 
 

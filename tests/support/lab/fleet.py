@@ -201,7 +201,9 @@ class Fleet(NetRun):
             "--cluster.listen-address="])
         self.spawn(self.net.site, "simulator", [
             sys.executable, "-m", "exporter",
-            *simulate_args(SIM_PORT, fmt="vllm", host="0.0.0.0", seed=1)])
+            # Per-request timing on: the overview's first-token parts need it, as from vLLM.
+            *simulate_args(SIM_PORT, fmt="vllm", host="0.0.0.0", seed=1,
+                           enable_per_request_metrics=True)])
         self.wait(lambda: self.get(self.net.site, f"http://127.0.0.1:{SIM_PORT}/health", 1)[0]
                   == 200, 30, "simulator")
         self.write_gpu()

@@ -5,10 +5,12 @@ probe's own exactly split requests preferred to the engine's means."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from exporter.diagnosis.causes import BudgetPart as P
+from exporter.diagnosis.causes import StreamPart as S
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.remote import from_json
 from exporter.diagnosis.text import render
@@ -70,6 +72,34 @@ def test_probes_without_a_ttft_have_no_budget_and_the_budget_travels_in_json() -
     assert doc.to_json()["budget"][0]["parts"].keys() == {str(p) for p in P}
 
 
+def test_the_stream_is_the_engines_time_per_token_and_its_delivery() -> None:
+    # The probe's own requests on the engine's clock: 300 ms of decode over 11 tokens is
+    # 30 ms a gap; the client saw 50 ms, so 20 ms a token went on the way out.
+    exact = with_probe(with_engine(healthy(), itl_mean=0.045), "chat-mobile", ttft_mean=0.5,
+                       tpot_mean=0.05, exact_splits=10, split_decode_mean=0.3,
+                       output_tokens_mean=11.0)
+    (b,) = [b for b in diagnose(exact).budget if b.probe == "chat-mobile"]
+    assert b.tpot == 0.05 and b.stream[S.ENGINE] == pytest.approx(0.03)
+    assert b.stream[S.DELIVERY] == pytest.approx(0.02)
+    # Not timed per request: the engine's mean inter-token gap over all its requests.
+    means = with_probe(with_engine(healthy(), itl_mean=0.045), "chat-mobile", ttft_mean=0.5,
+                       tpot_mean=0.04)
+    (b,) = [b for b in diagnose(means).budget if b.probe == "chat-mobile"]
+    assert b.stream[S.ENGINE] == 0.045 and b.stream[S.DELIVERY] == pytest.approx(-0.005)
+
+
+def test_without_the_engines_time_per_token_the_stream_is_unknown_and_travels_as_null() -> None:
+    obs = with_probe(with_engine(healthy(), itl_mean=None), "chat-mobile", ttft_mean=0.5,
+                     tpot_mean=0.05)
+    doc = diagnose(obs)
+    (b,) = [b for b in doc.budget if b.probe == "chat-mobile"]
+    assert b.tpot is None and not b.stream
+    (row,) = [r for r in doc.to_json()["budget"] if r["probe"] == "chat-mobile"]
+    assert row["tpot"] is None and row["stream"] == {str(p): None for p in S}
+    assert from_json(json.loads(json.dumps(doc.to_json()))).budget == doc.budget
+    assert "tpot engine" in render(doc)
+
+
 def test_a_slow_first_token_whose_prefill_cannot_account_for_it_is_the_api_servers() -> None:
     # The engine's TTFT is over its SLO with little queueing and 150 ms of prefill per
     # request, while its API server holds each request 400 ms: under the frontend's own
@@ -98,3 +128,16 @@ def test_a_prefix_cache_miss_that_stretches_decode_is_one_cause() -> None:
         render(doc)
     assert set(doc.verdicts[0].symptoms) == {"ttft", "tpot"}
     assert "stretch the decode steps" in doc.verdicts[0].summary
+
+
+def test_a_stream_slowed_after_the_engine_says_so_and_blames_no_blind_step() -> None:
+    # The client's TPOT P95 is over its SLO while the engine's own inter-token gap is fine:
+    # no GPU is configured, yet no GPU could explain tokens that left the engine on time.
+    obs = all_probes(with_engine(healthy(), itl_p95=0.02, itl_mean=0.015), tpot_p95=0.3,
+                     tpot_mean=0.2, ttft_mean=0.3)
+    obs = replace(obs, gpus=())
+    doc = diagnose(obs)
+    (v,) = [v for v in doc.verdicts if v.scope.get("probe") == "chat-mobile"]
+    assert (v.layer, v.cause) == ("exporter", "no_data") and "tpot" in v.symptoms
+    assert "185 ms of its 200 ms mean per output token is spent after the engine" in v.summary
+    assert "no data for the" not in v.summary, v.summary

@@ -53,6 +53,17 @@ class BudgetPart(StrEnum):
     REMAINDER = "remainder"
 
 
+class StreamPart(StrEnum):
+    """The parts a client's mean time per output token is the sum of: the engine's own time
+    per token (its decode of the probe's requests over their tokens, else its mean
+    inter-token gap), and ``delivery``, the rest (the tokens' way out: the network's return
+    path, the API server's detokenizing and streaming, a proxy's buffering), negative when
+    the engine's time per token is more than the client saw."""
+
+    ENGINE = "engine"
+    DELIVERY = "delivery"
+
+
 @dataclass(frozen=True)
 class Cause:
     layer: Layer

@@ -24,10 +24,19 @@ the one that explains most of what users feel, the others follow in chain order.
 from __future__ import annotations
 
 from exporter import metrics
-from exporter.diagnosis.causes import DOWN, LAYERS, NO_DATA, SYMPTOMS, Cause, Symptom
+from exporter.diagnosis.causes import (
+    DOWN,
+    LAYERS,
+    NO_DATA,
+    SYMPTOMS,
+    Cause,
+    StreamPart,
+    Symptom,
+)
 from exporter.diagnosis.observations import Observations
 from exporter.diagnosis.result import (
     SCOPE_KEYS,
+    Budget,
     Diagnosis,
     Evidence,
     Status,
@@ -38,7 +47,7 @@ from exporter.diagnosis.result import (
 from exporter.diagnosis.steps import application, engine, gpu, network, symptom
 from exporter.diagnosis.steps.base import Case, Finding, ProbeSymptoms, Standing
 from exporter.diagnosis.steps.budget import ledger
-from exporter.diagnosis.steps.words import probe_scope
+from exporter.diagnosis.steps.words import probe_scope, secs
 from exporter.diagnosis.thresholds import Thresholds
 
 #: The steps in the field guides' order.
@@ -59,9 +68,10 @@ def diagnose(obs: Observations, thresholds: Thresholds | None = None) -> Diagnos
     kept = [f for f in case.findings if not f.taken_over and _reportable(f, healthy)]
     verdicts = [_verdict(case, f) for f in _ordered(kept)]
     verdicts += _unobserved(case)
-    verdicts += _no_data(case, steps)
+    budget = ledger(case)
+    verdicts += _no_data(case, steps, {b.probe: b for b in budget})
     return Diagnosis(obs.at, case.window, obs.source, _status(case.sick, verdicts, steps),
-                     tuple(verdicts), tuple(steps), budget=ledger(case))
+                     tuple(verdicts), tuple(steps), budget=budget)
 
 
 def _reportable(f: Finding, healthy: bool) -> bool:
@@ -192,7 +202,21 @@ def _unobserved(case: Case) -> list[Verdict]:
     return out
 
 
-def _no_data(case: Case, steps: list[Step]) -> list[Verdict]:
+def _delivered_late(ps: ProbeSymptoms, b: Budget | None) -> str | None:
+    """Why a slow stream is not the engine's: most of the probe's time per token is spent
+    after the engine made the token (the stream's budget), whatever a deeper layer says."""
+    if "tpot" not in ps.open or b is None or b.tpot is None:
+        return None
+    delivery, engine = b.stream.get(StreamPart.DELIVERY), b.stream.get(StreamPart.ENGINE)
+    if delivery is None or engine is None or delivery <= engine:
+        return None
+    return (f"{secs(delivery)} of its {secs(b.tpot)} mean per output token is spent after the "
+            f"engine made the token ({secs(engine)} a token on the engine's clock): the "
+            "return path, the API server's streaming or a proxy, yet no path check names a "
+            "network cause" + (f" on {ps.probe.carrier}" if ps.probe.carrier else ""))
+
+
+def _no_data(case: Case, steps: list[Step], budgets: dict[str, Budget]) -> list[Verdict]:
     """A verdict for each symptom no step explained: the data to decide is missing."""
     out: list[Verdict] = []
     blind = [s.step for s in steps[1:] if s.result is StepResult.NO_DATA]
@@ -215,6 +239,9 @@ def _no_data(case: Case, steps: list[Step]) -> list[Verdict]:
             why.append(f"{split[0].value:.3g} s of its TTFT is spent between client and "
                        "engine (network or gateway), yet no path check names a network "
                        "cause" + (f" on {p.carrier}" if p.carrier else "") + f" ({how})")
+        late = _delivered_late(ps, budgets.get(p.probe))
+        if late:
+            why.append(late)
         if blind and not why:
             why.append(f"no data for the {', '.join(blind)} step(s)")
         if not why:

@@ -129,6 +129,10 @@ class ProbeWindow:
     ttft_mean: float | None = measured(PROBE, _mean(metrics.PROBE_TTFT))
     tpot_p95: float | None = measured(
         PROBE, Quantile(0.95, metrics.PROBE_TPOT, recorded=names.PROBE_TPOT), trend=True)
+    #: Mean TPOT, and output tokens per ok request: the stream's budget.
+    tpot_mean: float | None = measured(PROBE, _mean(metrics.PROBE_TPOT))
+    output_tokens_mean: float | None = measured(PROBE, Ratio(
+        Increase(metrics.PROBE_OUTPUT_TOKENS.name), _OK))
     itl_p99: float | None = measured(PROBE, Quantile(0.99, metrics.PROBE_ITL))
     #: Gaps between tokens longer than the stall threshold (llm_probe_stall_seconds count).
     stalls: int = measured(PROBE, Over(metrics.PROBE_STALL, _stall), count, default=0)
@@ -158,6 +162,9 @@ class ProbeWindow:
         _part(metrics.ServerPart.QUEUE.value), _EXACT))
     split_prefill_mean: float | None = measured(PROBE, Ratio(
         _part(metrics.ServerPart.PREFILL.value), _EXACT))
+    #: ... and its decode (first to last token), the engine's part of the stream.
+    split_decode_mean: float | None = measured(PROBE, Ratio(
+        _part(metrics.ServerPart.DECODE.value), _EXACT))
     #: The kernel's smoothed RTT of the probe's connections: one round trip carries the
     #: request in and its first token out, the network's part of a first token.
     tcp_rtt_mean: float | None = measured(PROBE, _mean(metrics.PROBE_TCP_RTT))
@@ -260,8 +267,9 @@ class EngineWindow:
                                                default=())
     itl_buckets: tuple[float, ...] = measured(ENGINE, Grid(metrics.ENGINE_ITL), finish.grid,
                                               default=())
-    #: The engine's own mean TTFT (_sum over _count).
+    #: The engine's own mean TTFT and inter-token gap (_sum over _count).
     ttft_mean: float | None = measured(ENGINE, _mean(metrics.ENGINE_TTFT))
+    itl_mean: float | None = measured(ENGINE, _mean(metrics.ENGINE_ITL))
     #: The engine's own inter-token gaps over alerting.stall_seconds (over the highest bucket
     #: bound at or under it): a preempted request waits in the engine, not on the way.
     stalls: int | None = measured(ENGINE, Over(metrics.ENGINE_ITL, _stall),

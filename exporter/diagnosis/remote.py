@@ -9,7 +9,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, cast, get_args
 
-from exporter.diagnosis.causes import BudgetPart
+from exporter.diagnosis.causes import BudgetPart, StreamPart
 from exporter.diagnosis.promapi import SourceError, fetch_json
 from exporter.diagnosis.result import (
     SCHEMA_ID,
@@ -81,10 +81,16 @@ def _pending(p: dict[str, Any] | None) -> Pending | None:
 
 
 def _budget(b: dict[str, Any]) -> Budget:
-    parts = {p: None if b["parts"].get(p) is None else float(b["parts"][p])
-             for p in BudgetPart}
+    parts = {p: _seconds(b["parts"].get(p)) for p in BudgetPart}
+    # An exporter before the stream's budget sends no tpot: the stream is then unknown.
+    stream = {p: _seconds((b.get("stream") or {}).get(p)) for p in StreamPart}
+    tpot = _seconds(b.get("tpot"))
     return Budget(str(b["probe"]), str(b["carrier"]), str(b["engine"]), float(b["ttft"]),
-                  parts)
+                  parts, tpot, stream if tpot is not None else {})
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def from_json(doc: dict[str, Any], where: str = "the exporter") -> Diagnosis:

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from exporter import metrics
-from exporter.diagnosis.causes import NAMES, BudgetPart, Symptom
+from exporter.diagnosis.causes import NAMES, BudgetPart, StreamPart, Symptom
 
 SCHEMA_ID = "llm-latency-diagnosis/v1"
 
@@ -95,17 +95,21 @@ class Verdict:
 @dataclass(frozen=True)
 class Budget:
     """One probe's mean TTFT over the window, part by part: the parts sum to ``ttft``, a
-    part no metric measured (None) is in the remainder."""
+    part no metric measured (None) is in the remainder. The same for its mean TPOT when it
+    has one: ``stream`` sums to ``tpot`` (both None without the engine's time per token)."""
 
     probe: str
     carrier: str
     engine: str
     ttft: float
     parts: Mapping[BudgetPart, float | None]
+    tpot: float | None = None
+    stream: Mapping[StreamPart, float | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"probe": self.probe, "carrier": self.carrier, "engine": self.engine,
-                "ttft": self.ttft, "parts": {str(p): self.parts.get(p) for p in BudgetPart}}
+                "ttft": self.ttft, "parts": {str(p): self.parts.get(p) for p in BudgetPart},
+                "tpot": self.tpot, "stream": {str(p): self.stream.get(p) for p in StreamPart}}
 
 
 @dataclass(frozen=True)

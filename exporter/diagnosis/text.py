@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter.diagnosis.causes import BudgetPart
+from exporter.diagnosis.causes import BudgetPart, StreamPart
 from exporter.diagnosis.result import Budget, Diagnosis, Evidence, StepResult, Verdict
 
 
@@ -42,10 +42,12 @@ def table(evidence: Iterable[Evidence], indent: str = "    ") -> list[str]:
 
 
 def budget(rows: Iterable[Budget]) -> list[str]:
-    """Each probe's mean first token by part, in milliseconds: one column per part."""
-    out = [("probe", "carrier", "ttft", *(str(p) for p in BudgetPart))]
-    out += [(b.probe, b.carrier or "-", _ms(b.ttft), *(_ms(b.parts.get(p)) for p in BudgetPart))
-            for b in rows]
+    """Each probe's mean first token by part, then its mean time per output token by part,
+    in milliseconds: one column per part."""
+    out = [("probe", "carrier", "ttft", *(str(p) for p in BudgetPart),
+            "tpot", *(f"tpot {p}" for p in StreamPart))]
+    out += [(b.probe, b.carrier or "-", _ms(b.ttft), *(_ms(b.parts.get(p)) for p in BudgetPart),
+             _ms(b.tpot, 1), *(_ms(b.stream.get(p), 1) for p in StreamPart)) for b in rows]
     if len(out) == 1:
         return []
     widths = [max(len(r[i]) for r in out) for i in range(len(out[0]))]
@@ -54,8 +56,8 @@ def budget(rows: Iterable[Budget]) -> list[str]:
             for r in out]
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+def _ms(seconds: float | None, digits: int = 0) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.{digits}f}"
 
 
 def _scope(v: Verdict) -> str:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exporter.diagnosis.causes import CAUSES, LAYERS, NAMES, BudgetPart, Cause
+from exporter.diagnosis.causes import CAUSES, LAYERS, NAMES, BudgetPart, Cause, StreamPart
 from exporter.docblock import DocBlock
 
 SCHEMA_FILE = Path(__file__).with_name("schema.json")
@@ -26,9 +26,10 @@ def schema(doc: dict[str, Any]) -> dict[str, Any]:
     verdict["oneOf"] = [{"properties": {"layer": {"const": layer},
                                         "cause": {"enum": list(NAMES[layer])}}}
                         for layer in LAYERS]
-    parts = doc["$defs"]["budget"]["properties"]["parts"]
-    parts["properties"] = {str(p): {"type": ["number", "null"]} for p in BudgetPart}
-    parts["required"] = [str(p) for p in BudgetPart]
+    budget = doc["$defs"]["budget"]["properties"]
+    for key, enum in (("parts", BudgetPart), ("stream", StreamPart)):
+        budget[key]["properties"] = {str(p): {"type": ["number", "null"]} for p in enum}
+        budget[key]["required"] = [str(p) for p in enum]
     return doc
 
 

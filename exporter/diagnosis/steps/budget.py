@@ -16,6 +16,7 @@ from exporter.diagnosis.causes import (
     SPEC_DECODE,
     BudgetPart,
     Cause,
+    StreamPart,
 )
 from exporter.diagnosis.observations import EngineWindow, ProbeWindow
 from exporter.diagnosis.result import Budget, Evidence
@@ -152,10 +153,30 @@ def _engine_parts(p: ProbeWindow, e: EngineWindow | None
             BudgetPart.KV_TRANSFER: kv, BudgetPart.PREFILL: prefill}
 
 
+def _engine_per_token(p: ProbeWindow, e: EngineWindow | None) -> float | None:
+    """The engine's own time per output token of one probe's requests: their decode on its
+    clock over the gaps between their tokens where it timed them, its mean inter-token gap
+    over all its requests else."""
+    tokens = p.output_tokens_mean
+    if p.exact_splits > 0 and p.split_decode_mean is not None and tokens and tokens > 1:
+        return p.split_decode_mean / (tokens - 1)
+    return e.itl_mean if e else None
+
+
+def _stream(p: ProbeWindow, e: EngineWindow | None
+            ) -> tuple[float | None, dict[StreamPart, float | None]]:
+    """One probe's mean TPOT as the engine's time per token and the delivery of it."""
+    engine = _engine_per_token(p, e)
+    if p.tpot_mean is None or engine is None:
+        return None, {}
+    return p.tpot_mean, {StreamPart.ENGINE: engine, StreamPart.DELIVERY: p.tpot_mean - engine}
+
+
 def ledger(case: Case) -> tuple[Budget, ...]:
     """Each probe's mean first token, part by part (means add up where quantiles do not):
     the network's round trip from its connections' TCP_INFO, the engine's parts, and the
-    remainder that none of them accounts for."""
+    remainder that none of them accounts for; and its mean time per output token, the
+    engine's and the delivery's."""
     out: list[Budget] = []
     for p in case.obs.probes:
         if p.ttft_mean is None:
@@ -166,5 +187,7 @@ def ledger(case: Case) -> tuple[Budget, ...]:
                                                  **_engine_parts(p, e)}
         known = sum(v for v in parts.values() if v is not None)
         parts[BudgetPart.REMAINDER] = p.ttft_mean - known
-        out.append(Budget(p.probe, p.carrier, e.engine if e else "", p.ttft_mean, parts))
+        tpot, stream = _stream(p, e)
+        out.append(Budget(p.probe, p.carrier, e.engine if e else "", p.ttft_mean, parts,
+                          tpot, stream))
     return tuple(out)

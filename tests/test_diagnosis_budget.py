@@ -141,3 +141,24 @@ def test_a_stream_slowed_after_the_engine_says_so_and_blames_no_blind_step() -> 
     assert (v.layer, v.cause) == ("exporter", "no_data") and "tpot" in v.symptoms
     assert "185 ms of its 200 ms mean per output token is spent after the engine" in v.summary
     assert "no data for the" not in v.summary, v.summary
+
+
+#: A real vLLM's prefix cache that stopped hitting, its prompts as long as before: each
+#: request also waits out another's long prefill step before the engine queues it, which
+#: reads as API-server time over its line (CI at 1c24842: 288 ms against a 100 ms line).
+MISSED = dict(ttft_p95=3.0, frontend_mean=0.6, prefix_hit_ratio=0.0,
+              prefix_hit_ratio_baseline=0.89, prefill_mean=1.5, prefill_mean_baseline=0.15,
+              prefill_seconds=180.0, prompt_tokens_mean=6000.0, prompt_tokens_baseline=None)
+
+
+def test_of_two_parts_over_their_lines_the_one_holding_more_is_the_cause() -> None:
+    slow = {"ttft_p95": 3.2, "ttft_mean": 2.0}
+    doc = diagnose(all_probes(with_engine(healthy(), **MISSED), **slow))
+    assert [(v.layer, v.cause) for v in doc.verdicts][:1] == [("engine", "prefix_cache_miss")]
+    assert "long_prompts" not in {v.cause for v in doc.verdicts}, render(doc)
+    # The API server holding each request 1.6 s is the part that grew instead.
+    front = diagnose(all_probes(with_engine(healthy(), **{**MISSED, "frontend_mean": 1.6}),
+                                **slow))
+    assert front.verdicts[0].cause in ("frontend", "long_prompts"), render(front)
+    assert "prefix_cache_miss" not in {v.cause for v in front.verdicts}
+

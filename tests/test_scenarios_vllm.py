@@ -43,12 +43,9 @@ def vllm_tier() -> None:
 
 def ordered() -> list[tuple[str, Scenario]]:
     """Every scenario of the folder, those that stop the engine last (a rerun after one
-    would pay for a second start), and before them those expecting no verdict: the tier's
-    first minutes, every lab, browser and store of it starting at once, are its busiest,
-    and a healthy real engine's SLOs assume the CPUs it gets later (CI at eb99541, the
-    `healthy` scenario first: vLLM's own TTFT P95 1.9 s for a mean prefill of 122 ms)."""
+    would pay for a second start)."""
     scenarios = [(f.stem, load_scenario(f)) for f in scenario_files(FOLDER)]
-    return sorted(scenarios, key=lambda item: (item[1].simulator.down, not item[1].expect))
+    return sorted(scenarios, key=lambda item: item[1].simulator.down)
 
 
 def test_the_folder_covers_the_issue_on_one_engine() -> None:

@@ -384,6 +384,13 @@ def test_first_token_budget_against_the_real_server(vllm: VllmServer, tmp_path: 
         assert parts["prefill"] > 0 and parts["kv_transfer"] is None, b
         assert sum(v for v in parts.values() if v is not None) == pytest.approx(b["ttft"])
         remainders.append(parts["remainder"])
+        # The stream: vLLM's own decode of the probe's requests over their token gaps, and
+        # what the client saw beyond it.
+        stream = b["stream"]
+        print("TPOT {:.2f} ms: engine {:.2f}, delivery {:.2f}".format(
+            *(x * 1000 for x in (b["tpot"], stream["engine"], stream["delivery"]))))
+        assert stream["engine"] > 0
+        assert stream["engine"] + stream["delivery"] == pytest.approx(b["tpot"])
     # The remainder is the first token's way out past the kernel's RTT and what vLLM's
     # frontend does after the last token (its per-request frontend part counts both ends):
     # a few ms either side of zero on loopback, docs/diagnosis.md.

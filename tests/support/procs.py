@@ -122,10 +122,7 @@ def _threads(pid: int) -> list[int]:
     """Every thread of ``pid`` and of its descendants (Linux nice values are per thread)."""
     out, todo = [], [pid]
     while todo:
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{todo.pop()}/task")]
-        except FileNotFoundError:
-            continue
+        tids = _threads_of(todo.pop())
         out += tids
         for tid in tids:
             with suppress(FileNotFoundError):
@@ -149,14 +146,34 @@ def this_thread_to_foreground() -> None:
             os.setpriority(os.PRIO_PROCESS, 0, FOREGROUND_NICE)
 
 
+def children_at(pid: int, nice: int) -> bool:
+    """Every thread of ``pid``'s descendants, not its own, at niceness ``nice`` from now on,
+    where this user may set it (raising priority needs root). Whether any was set."""
+    own = set(_threads_of(pid))
+    done = False
+    for tid in _threads(pid):
+        if tid in own:
+            continue
+        with suppress(PermissionError, ProcessLookupError):
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+            done = True
+    return done
+
+
+def _threads_of(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+
+
 def ahead_of_load(pid: int) -> bool:
     """``pid``'s own threads, not its children's, ahead of other load from now on, where this
     user may raise priority (root); threads it starts later inherit it. For a light process
     (an HTTP frontend, a prober) whose latency a test reads while the tier's other tests
     share the CPUs. Whether it was raised."""
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except FileNotFoundError:
+    tids = _threads_of(pid)
+    if not tids:
         return False
     raised = False
     for tid in tids:

@@ -126,6 +126,9 @@ def _probe_tick(f: Fleet, minute: int) -> list[RawSample]:
                          1 if failed and not minute % 2 else 0))
         out.append(f.add(metrics.PROBE_PROMPT_TOKENS.name, labels,
                          ok * r.randint(100, 400) * (20 if slow > 1 else 1)))
+        # Drawn from nothing random: the fleet's other numbers stay what they were.
+        out.append(f.add(metrics.PROBE_OUTPUT_TOKENS.name, {**labels, "source": "usage"},
+                         ok * (16 if slow > 1 else 32)))
         ttft = f.hist(metrics.PROBE_TTFT, labels)
         tpot = f.hist(metrics.PROBE_TPOT, labels)
         itl = f.hist(metrics.PROBE_ITL, labels)

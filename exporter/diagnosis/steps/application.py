@@ -10,6 +10,7 @@ from exporter.diagnosis.causes import (
     CLIENT_TIMEOUTS,
     FIRST_TOKEN,
     LONG_PROMPTS,
+    PREFIX_CACHE_MISS,
     RATE_LIMITED,
 )
 from exporter.diagnosis.observations import EngineWindow
@@ -83,7 +84,8 @@ def prompt_cost(case: Case, st: EngineState) -> tuple[float, float, float, float
 def _long_prompts(case: Case, st: EngineState, grown: Finding | None,
                   cleared: list[Evidence]) -> Finding | None:
     """Prompts too long for the TTFT SLO at the engine's prefill rate; growth over a
-    baseline (``grown``) strengthens it, and alone still names it."""
+    baseline (``grown``) strengthens it, and alone still names it, unless the prefix cache
+    stopped sparing prompts that did not grow."""
     e, lab = st.engine, {"engine": st.engine.engine, "target": st.engine.target}
     cost = prompt_cost(case, st)
     if cost is None:
@@ -102,7 +104,11 @@ def _long_prompts(case: Case, st: EngineState, grown: Finding | None,
     # but the slowdown breaks the SLO (slow_prefill).
     slowed = prompt / now - seconds
     recovers = e.ttft_p95 is not None and e.ttft_p95 - slowed <= st.slo_ttft
-    if not (st.slow_first and seconds > budget and longer) or recovers:
+    # Prompts as long as they were while the prefix cache spared most of them are not what
+    # changed: the cache that stopped hitting is (engine/prefix_cache_miss, found before).
+    missed = grown is None and any(f.cause is PREFIX_CACHE_MISS and f.scope.get("engine")
+                                   == e.engine for f in case.findings)
+    if not (st.slow_first and seconds > budget and longer) or recovers or missed:
         cleared.append(ev)
         return grown
     headline = (f"Engine {e.engine}'s users' prompts average {prompt:.0f} tokens: at "

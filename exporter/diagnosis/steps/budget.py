@@ -41,12 +41,14 @@ ACCEPTANCE = (f"{metrics.ENGINE_SPEC_ACCEPTED_TOKENS.name} / "
 @dataclass(frozen=True)
 class Why:
     """A deeper cause of an engine's slow first token or stream: the clause that names it,
-    its evidence, and how far past its line it is."""
+    its evidence, how far past its line it is, and the seconds of the first token its part
+    holds (what tells which of two parts over their lines is the one that grew)."""
 
     cause: Cause
     headline: str
     evidence: list[Evidence]
     strength: float
+    seconds: float = 0.0
 
 
 def over_first(st: EngineState) -> float | None:
@@ -64,12 +66,15 @@ def accounts(part: float, over: float | None) -> str:
 
 def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
     """A part of the engine's first token over its own line: the API server, a KV handover,
-    or a prefill the prefix cache no longer spares; None when none is."""
+    or a prefill the prefix cache no longer spares; the one holding the most seconds where
+    several are (a request waiting out another's long prefill step before the engine
+    queues it reads as API-server time beside a prefix cache miss); None when none is."""
     e, lines, slo = st.engine, case.thresholds, st.slo_ttft
     over = over_first(st)
+    found = [_prefix(case, st, lab, over)]
     front = e.frontend_mean
     if front is not None and front > lines.frontend_share * slo:
-        return _frontend(case, st, lab, front)
+        found.append(_frontend(case, st, lab, front))
     kv = e.kv_transfer_mean
     if kv is not None and kv > lines.kv_transfer_share * slo:
         line = lines.kv_transfer_share * slo
@@ -78,10 +83,10 @@ def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
             ev.append(case.evidence(DEFERRED, e.deferred, lab))
         if e.external_kv_share is not None:
             ev.append(case.evidence(EXTERNAL, e.external_kv_share, lab))
-        return Why(KV_TRANSFER, f"Engine {e.engine} waits {secs(kv)} per request for its KV "
-                   f"from the prefill instance ({e.deferred or 0:.3g} requests deferred on "
-                   f"average){accounts(kv, over)}", ev, strength(kv, line))
-    return _prefix(case, st, lab, over)
+        found.append(Why(KV_TRANSFER, f"Engine {e.engine} waits {secs(kv)} per request for "
+                         f"its KV from the prefill instance ({e.deferred or 0:.3g} requests "
+                         f"deferred on average){accounts(kv, over)}", ev, strength(kv, line), kv))
+    return max((w for w in found if w is not None), key=lambda w: w.seconds, default=None)
 
 
 def _frontend(case: Case, st: EngineState, lab: dict[str, str], front: float) -> Why:
@@ -93,7 +98,7 @@ def _frontend(case: Case, st: EngineState, lab: dict[str, str], front: float) ->
         cpu = f", its process at {e.process_cpu:.2f} of a core"
     return Why(FRONTEND, f"Engine {e.engine}'s API server holds each request {secs(front)} "
                f"before queueing it{cpu}{accounts(front, over_first(st))}", ev,
-               strength(front, line))
+               strength(front, line), front)
 
 
 def instead_of_prefill(case: Case, st: EngineState, lab: dict[str, str], prefill: float
@@ -121,7 +126,7 @@ def _prefix(case: Case, st: EngineState, lab: dict[str, str], over: float | None
                f"prompt tokens (off-peak {pct(hit_base)}), so prefill takes {secs(prefill)} "
                f"per request, {prefill / prefill_base:.1f}x its off-peak"
                f"{accounts(prefill - prefill_base, over)}", ev,
-               strength(hit_base, max(hit, 0.01) * drift))
+               strength(hit_base, max(hit, 0.01) * drift), prefill - prefill_base)
 
 
 def stream(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:

@@ -432,6 +432,29 @@ def test_users_prompts_as_short_as_the_probes_are_not_long_on_a_slow_engine() ->
     assert primary(600.0) == ("engine", "slow_prefill")
 
 
+def test_a_mean_moved_by_the_mix_of_probes_and_users_is_no_growth() -> None:
+    # Users send 1,864-token prompts before and after, the four probes 200-token ones. Off-
+    # peak the users made a fifth of the engine's requests (its mean 533 tokens), now
+    # 220 of 300 (1,420): the engine's mean "grew" 2.7x, the users' prompts did not. The
+    # shared system prompt stopped being cached (hits 89% to 0%, prefill 4x): that is the
+    # cause; where the probes' off-peak rate is unknown the engine's mean is all there is.
+    users = 1864.0
+    obs = all_probes(healthy(), **SLOW_ALL, prompt_tokens_mean=200.0,
+                     prompt_tokens_baseline=200.0, ok_rate_baseline=0.2)
+    engine = dict(ttft_p95=2.0, requests=300.0, prompt_tokens_mean=(220 * users + 80 * 200) / 300,
+                  request_rate_baseline=1.0, prompt_tokens_baseline=0.2 * users + 0.8 * 200,
+                  prefix_hit_ratio=0.0, prefix_hit_ratio_baseline=0.89, prefill_mean=0.6,
+                  prefill_mean_baseline=0.15)
+    d = diagnose(with_engine(obs, **engine))
+    assert [(v.layer, v.cause) for v in d.verdicts][:1] == [
+        ("engine", "prefix_cache_miss")], render(d)
+    grew = diagnose(with_engine(obs, **{**engine, "prompt_tokens_mean":
+                                        (220 * 3 * users + 80 * 200) / 300}))
+    assert [(v.layer, v.cause) for v in grew.verdicts][:1] == [
+        ("application", "long_prompts")], render(grew)
+    assert "3.0x the off-peak 1864" in grew.verdicts[0].summary, render(grew)
+
+
 def test_a_throttled_gpu_beside_long_prompts_names_both() -> None:
     # Both take over the slow prefill; neither drops the other (GPU first, in chain order).
     obs = all_probes(with_gpu(with_engine(healthy(), ttft_p95=2.0, prefill_seconds=180.0,

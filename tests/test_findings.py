@@ -145,6 +145,13 @@ QUIET_BUT_OVER: dict[tuple[str, str], Any] = {
     # The API server holds each request 0.8 s, over half the 1 s SLO, the TTFT still inside.
     ("engine", "frontend"): with_engine(healthy(), frontend_mean=0.8),
     ("engine", "kv_transfer"): with_engine(healthy(), kv_transfer_mean=0.7, deferred=2.0),
+    # The cache hit 80% off-peak and hits 10% now; prefill per request 3x, TTFT still inside.
+    ("engine", "prefix_cache_miss"): with_engine(
+        healthy(), prefix_hit_ratio=0.1, prefix_hit_ratio_baseline=0.8, prefill_mean=0.3,
+        prefill_mean_baseline=0.1),
+    # Drafts accepted 70% of the time off-peak, 20% now; TPOT still inside.
+    ("engine", "spec_decode"): with_engine(healthy(), spec_acceptance=0.2,
+                                           spec_acceptance_baseline=0.7),
     # One rank's queue, small for the engine (its queue share is the healthy one's).
     ("engine", "imbalance"): with_engine(healthy(), waiting=9.0,
                                          waiting_by_rank={("ds", "0"): 1.0, ("ds", "1"): 8.0}),

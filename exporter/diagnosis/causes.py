@@ -261,7 +261,7 @@ PREFIX_CACHE_MISS = Cause(
     ),
     # The prefix it no longer spares is computed in chunks beside the running decodes, so
     # their steps stretch too: the stream's slowness is the same cause.
-    absorbs=(SLOW_PREFILL, SLOW_DECODE),
+    absorbs=(SLOW_PREFILL, SLOW_DECODE), pages=("LLMEnginePrefixCacheMiss",),
     thresholds=("diagnosis.prefix_hit_min", "diagnosis.drift_ratio"),
     parts=(BudgetPart.PREFILL,))
 SPEC_DECODE = Cause(
@@ -274,7 +274,8 @@ SPEC_DECODE = Cause(
         "Compare acceptance per draft position (vllm:spec_decode_num_accepted_tokens_per_pos)"
         " and per model before and after the change.",
     ),
-    absorbs=(SLOW_DECODE,), thresholds=("diagnosis.drift_ratio",))
+    absorbs=(SLOW_DECODE,), pages=("LLMEngineSpecDecodeAcceptance",),
+    thresholds=("diagnosis.drift_ratio",))
 KV_TRANSFER = Cause(
     "engine", "kv_transfer",
     "the KV handover from a prefill instance to this decode instance takes the first token's "
@@ -344,8 +345,9 @@ LONG_PROMPTS = Cause(
         "Use prefix caching for shared system prompts.",
     ),
     # Long prompts make prefill slow and the queue long, and take the API server longer to
-    # tokenize (a real vLLM's 7,000-token prompts: most of the first token before the engine).
-    absorbs=(SLOW_PREFILL, QUEUEING, FRONTEND),
+    # tokenize (a real vLLM's 7,000-token prompts: most of the first token before the engine);
+    # the tokens they grew by were never cached, so the prefix cache's hit ratio falls too.
+    absorbs=(SLOW_PREFILL, QUEUEING, FRONTEND, PREFIX_CACHE_MISS),
     thresholds=("diagnosis.prompt_budget_share", "diagnosis.long_prompt_tokens",
                 "diagnosis.prompt_growth"),
     parts=(BudgetPart.FRONTEND, BudgetPart.QUEUE, BudgetPart.PREFILL))

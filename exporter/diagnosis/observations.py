@@ -148,6 +148,9 @@ class ProbeWindow:
     tpot_p95_baseline: float | None = measured(PROBE, Baseline(
         Quantile(0.95, metrics.PROBE_TPOT), names.PROBE_TPOT_PEAK.baseline))
     prompt_tokens_baseline: float | None = measured(PROBE, Baseline(Ratio(_PROMPT, _OK)))
+    #: Its ok requests per second off-peak: with its prompt, what it added to its engine's
+    #: off-peak prompt mean (the users' own mean is the engine's less the probes').
+    ok_rate_baseline: float | None = measured(PROBE, Baseline(PerSecond(_OK)))
     #: ok requests whose TTFT the engine's own timing split exactly (llm_probe_server_*),
     #: and the shares of those TTFTs outside the engine (network and frontend) and queued
     #: in it: the exact split, which the chain prefers to subtracting distributions.

@@ -75,7 +75,7 @@ def _gate(w: Ranges) -> str:
             f"(max by ({by(SOURCE)}) (max_over_time({_PEAK}[{w.step}])) > 0)")
 
 
-def _offpeak(labels: tuple[str, ...], series: str, w: Ranges) -> str:
+def offpeak(labels: tuple[str, ...], series: str, w: Ranges) -> str:
     """The increase of ``series`` over the off-peak steps before the window, per labels."""
     inner = f"sum by ({by(labels)}) (increase({series}[{w.step}]) {_gate(w)})"
     return f"sum_over_time(({inner})[{w.baseline}:{w.step}] offset {w.range})"
@@ -104,7 +104,7 @@ def _quantile(leaf: Quantile, k: tuple[str, ...], w: Ranges, base: bool) -> str:
         return f"max by ({by(k)}) ({dict(leaf.recorded.by_quantile())[leaf.q]})"
     labels = (d.LE, *k, *leaf.per)
     bucket = f"{leaf.family.name}_bucket{m}"
-    counts = (_offpeak(labels, bucket, w) if base
+    counts = (offpeak(labels, bucket, w) if base
               else f"sum by ({by(labels)}) (rate({bucket}[{w.range}]))")
     return f"{leaf.combine} by ({by(k)}) (histogram_quantile({leaf.q:g}, {counts}))"
 
@@ -119,7 +119,7 @@ def leaf_query(leaf: Leaf, kind: WindowKey, base: bool, w: Ranges) -> str:
         s = f"{leaf.sample}{matcher(leaf.match)}"
         labels = (*k, *leaf.by)
         if base:
-            return _offpeak(labels, s, w)
+            return offpeak(labels, s, w)
         if leaf.born:
             # A series new in the window counts from zero, as the exporter created it.
             return (f"sum by ({by(labels)}) ((increase({s}[{w.range}]) and {s} offset "

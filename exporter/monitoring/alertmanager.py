@@ -99,6 +99,10 @@ INHIBITIONS: tuple[Inhibition, ...] = (
                _cause(causes.FRONTEND)),
     Inhibition(DIAGNOSIS, ("LLMEngineKVTransferSlow",), ("target", *WHERE),
                _cause(causes.KV_TRANSFER)),
+    Inhibition(DIAGNOSIS, ("LLMEnginePrefixCacheMiss",), ("target", *WHERE),
+               _cause(causes.PREFIX_CACHE_MISS)),
+    Inhibition(DIAGNOSIS, ("LLMEngineSpecDecodeAcceptance",), ("target", *WHERE),
+               _cause(causes.SPEC_DECODE)),
     Inhibition(DIAGNOSIS, ("LLMEngineDown",), ("target", *WHERE),
                (*_cause(causes.DOWN), CRITICAL)),
     # Verdicts carry no gpu label: a GPU cause explains that exporter's GPU alerts.

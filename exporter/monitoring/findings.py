@@ -61,6 +61,8 @@ DECISIONS: tuple[Decision, ...] = (
     Decision("LLMEngineImbalance", "cause", RANK),
     Decision("LLMEngineFrontendBound", "cause", ENGINE),
     Decision("LLMEngineKVTransferSlow", "cause", ENGINE),
+    Decision("LLMEnginePrefixCacheMiss", "cause", ENGINE),
+    Decision("LLMEngineSpecDecodeAcceptance", "cause", ENGINE),
     Decision("LLMPathPacketLoss", "cause", PATH),
     # The probe's own TCP stream (TCP_INFO): loss on its carrier though ICMP may be clean;
     # a loss verdict on the carrier explains it, and a probe-scoped one needs it.

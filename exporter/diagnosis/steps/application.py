@@ -57,6 +57,38 @@ def users_prompt(case: Case, e: EngineWindow) -> float | None:
     return tokens / requests if tokens > 0 else e.prompt_tokens_mean
 
 
+def users_prompt_baseline(case: Case, e: EngineWindow) -> float | None:
+    """The users' prompt tokens per request off-peak: the engine's off-peak mean less the
+    linked probes' (each its mean prompt at its off-peak rate), as ``users_prompt`` is the
+    window's. None where a linked probe's off-peak numbers are unknown, or where the probes
+    were nearly all the engine served off-peak."""
+    if not e.prompt_tokens_baseline or not e.request_rate_baseline:
+        return None
+    tokens = e.prompt_tokens_baseline * e.request_rate_baseline
+    rate = e.request_rate_baseline
+    for p in case.obs.probes:
+        if e not in case.engines_of(p):
+            continue
+        if p.prompt_tokens_baseline is None or p.ok_rate_baseline is None:
+            return None
+        tokens -= p.prompt_tokens_baseline * p.ok_rate_baseline
+        rate -= p.ok_rate_baseline
+    # Users under a tenth of the requests: what is left is the counts' edges, not a mean.
+    if rate < 0.1 * e.request_rate_baseline or tokens <= 0:
+        return None
+    return tokens / rate
+
+
+def prompt_growth(case: Case, e: EngineWindow) -> tuple[float | None, float | None, str]:
+    """(prompt tokens per request now, off-peak, the statistic's name): the users' own,
+    probes left out, where every linked probe's off-peak rate is known (None where the
+    users were too few then, or are now); else the engine's mean over all it served."""
+    linked = [p for p in case.obs.probes if e in case.engines_of(p)]
+    if linked and all(p.ok_rate_baseline is not None for p in linked):
+        return users_prompt(case, e), users_prompt_baseline(case, e), USERS_PROMPT
+    return e.prompt_tokens_mean, e.prompt_tokens_baseline, PROMPT_MEAN
+
+
 def probes_prompt(case: Case, e: EngineWindow) -> float | None:
     """The longest mean prompt of the probes linked to the engine: a prompt the product
     itself sends as an ordinary request, so a users' prompt no longer than it (times
@@ -92,7 +124,7 @@ def _long_prompts(case: Case, st: EngineState, grown: Finding | None,
         return grown
     prompt, seconds, rate, now = cost
     budget = case.thresholds.prompt_budget_share * st.slo_ttft
-    ev = case.evidence(USERS_PROMPT, prompt, lab, budget * rate, e.prompt_tokens_baseline)
+    ev = case.evidence(USERS_PROMPT, prompt, lab, budget * rate, prompt_growth(case, e)[1])
     # Without a history of a fast prefill, the rate is the window's own: a slow engine makes
     # any prompt cost the budget there. What tells the two apart is the probes' ordinary
     # prompt: the engine is as slow at it (slow_prefill) unless the users' are longer.
@@ -117,9 +149,9 @@ def _long_prompts(case: Case, st: EngineState, grown: Finding | None,
     evidence = [ev, case.evidence(PREFILL_RATE, rate, lab)]
     s = strength(seconds, budget)
     if grown is not None:
-        base = e.prompt_tokens_baseline or 1.0
-        grown.headline = (f"{headline} ({(e.prompt_tokens_mean or 0.0) / base:.1f}x the "
-                          f"off-peak {base:.0f})")
+        was, base, _ = prompt_growth(case, e)
+        grown.headline = f"{headline} ({(was or 0.0) / (base or 1.0):.1f}x the off-peak " \
+                         f"{base or 0.0:.0f})"
         grown.evidence[:0] = evidence
         grown.strength = min(0.95, max(grown.strength, s) + 0.05)
         return grown
@@ -130,10 +162,13 @@ def _engine_causes(case: Case, st: EngineState, cleared: list[Evidence]) -> list
     lines, e = case.thresholds, st.engine
     lab = {"engine": e.engine, "target": e.target}
     out: list[Finding] = []
+    # The users' prompts, not the engine's mean: a mean over the probes' short requests
+    # too moves with how many of each it served, and a shared prompt that stopped being
+    # cached did not grow.
+    prompt, before, prompt_metric = prompt_growth(case, e)
     growths = (
-        (LONG_PROMPTS, e.prompt_tokens_mean, e.prompt_tokens_baseline, lines.prompt_growth,
-         PROMPT_MEAN, "'s prompts average {v:.0f} tokens, {r:.1f}x the "
-         "off-peak {b:.0f}"),
+        (LONG_PROMPTS, prompt, before, lines.prompt_growth, prompt_metric,
+         "'s prompts average {v:.0f} tokens, {r:.1f}x the off-peak {b:.0f}"),
         (CLIENT_CONCURRENCY, e.request_rate, e.request_rate_baseline, lines.request_rate_growth,
          RATE, " gets {v:.3g} requests/s, {r:.1f}x the "
          "off-peak {b:.3g}/s at the same capacity"),

@@ -15,6 +15,7 @@ from exporter.diagnosis.causes import (
     QUEUEING,
     SLOW_DECODE,
     SLOW_PREFILL,
+    SPEC_DECODE,
     Cause,
 )
 from exporter.diagnosis.observations import EngineWindow
@@ -95,6 +96,12 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
     why = budget.first_token(case, st, lab)
     if why is not None:
         add(why.cause, why.headline, why.evidence, why.strength, over_line=True)
+    # Drafts accepted far less than off-peak are over their alert's line on their own; a
+    # slow stream then gets the engine's decode as more evidence below. The probes' TPOT
+    # shows it where the engine's inter-token latency may not: each step's gap stays.
+    spec = budget.stream(case, st, lab)
+    if spec is not None:
+        add(spec.cause, spec.headline, spec.evidence, spec.strength, over_line=True)
     total = e.engine_seconds
     known = total is not None and e.requests >= 1 and total > 0
     exact = _exact_queue(case, st, lab)
@@ -137,9 +144,6 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
     cleared.append(q)
     if not known:  # not queueing, exactly; prefill and decode need the engine's numbers
         return (out or None) if st.slow else out
-    # Drafts accepted less slow the stream while each step's gap stays what it was: the
-    # probes' TPOT shows it where the engine's inter-token latency may not.
-    spec = budget.stream(case, st, lab)
     spec_slow = spec is not None and (st.slow_decode or any("tpot" in ps.open
                                                             for ps in st.probes))
     # A preempting cache recomputes what it preempted: its engine's time is not split.
@@ -182,8 +186,10 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
                                     grid=e.itl_buckets))
             coarse = resolution(e.itl_p95, e.itl_buckets, st.slo_tpot, "TPOT SLO")
         stretched = next((f for f in out if SLOW_DECODE in f.cause.absorbs), None)
-        if spec is not None:
-            add(spec.cause, spec.headline + coarse, [*spec.evidence, *ev], spec.strength)
+        drafts = next((f for f in out if f.cause is SPEC_DECODE), None)
+        if drafts is not None:
+            drafts.headline += coarse
+            drafts.evidence.extend(x for x in ev if x not in drafts.evidence)
         elif stretched is not None:
             stretched.headline += (f"; its prefill chunks stretch the decode steps beside them "
                                    f"(inter-token P95 {secs(e.itl_p95 or 0)})")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config
+from exporter.diagnosis.declare import WindowKey
+from exporter.diagnosis.promqueries import Ranges, coverage, offpeak
 from exporter.metrics import names
 from exporter.metrics.names import MODEL, RATE
 from exporter.monitoring.promql import (
@@ -155,6 +157,7 @@ def engine_alerts(config: Config) -> list[Alert]:
         ),
         *imbalance_alerts(config),
         *budget_alerts(config),
+        *drift_alerts(config),
     ]
     return alerts
 
@@ -193,6 +196,62 @@ def budget_alerts(config: Config) -> list[Alert]:
             f"instance over {RATE} (threshold "
             f"{human_seconds(a.kv_transfer_share_ratio * ttft_slo)}: "
             f"{pct(a.kv_transfer_share_ratio)} of the TTFT SLO).",
+            "10m",
+        ),
+    ]
+
+
+def drift_alerts(config: Config) -> list[Alert]:
+    """The engine against its own off-peak history before the diagnosis window, read as the
+    chain reads it (exporter/diagnosis/promqueries.py), on the chain's lines: a prefix cache
+    that stopped hitting while prefill per request grew (engine/prefix_cache_miss), and
+    speculative drafts accepted less (engine/spec_decode). Neither fires before
+    ``diagnosis.min_baseline`` of off-peak history stands behind it."""
+    dg = config.diagnosis
+    w = Ranges.of(dg.window, config)
+    drift = num(dg.drift_ratio)
+
+    # Over the diagnosis window, not RATE: the statistic is the chain's, and a baseline
+    # phase inside a 5m rate would hide a change younger than that.
+    def now(part: str, whole: str) -> str:
+        return paren(ratio(rate_sum(MODEL, part, w.range), rate_sum(MODEL, whole, w.range)))
+
+    def before(part: str, whole: str) -> str:
+        return paren(ratio(offpeak(MODEL.labels, part, w), offpeak(MODEL.labels, whole, w)))
+
+    def history(presence: str) -> str:
+        kind = WindowKey(MODEL.name, MODEL.labels, presence)
+        return f"{coverage(kind, w)} >= {num(dg.min_baseline)}"
+
+    hits, queries = metrics.ENGINE_PREFIX_CACHE_HITS.name, metrics.ENGINE_PREFIX_CACHE_QUERIES.name
+    prefill = metrics.ENGINE_PREFILL_TIME.name
+    accepted, drafted = (metrics.ENGINE_SPEC_ACCEPTED_TOKENS.name,
+                         metrics.ENGINE_SPEC_DRAFT_TOKENS.name)
+    return [
+        Alert(
+            "LLMEnginePrefixCacheMiss",
+            f"{now(hits, queries)}\n< {before(hits, queries)} / {drift}\n"
+            f"and\n{before(hits, queries)} >= {num(dg.prefix_hit_min)}\n"
+            f"and\n{now(f'{prefill}_sum', f'{prefill}_count')}\n"
+            f"> {drift} * {before(f'{prefill}_sum', f'{prefill}_count')}\n"
+            f"and\n{history(hits)}",
+            "warning",
+            "The engine's prefix cache stopped hitting and prefill per request grew.",
+            f"{MODEL_TEXT} prefix cache hits {VALUE_PERCENT} of prompt tokens over the last "
+            f"{w.range} (threshold: 1/{drift} of its off-peak hit ratio before them, itself "
+            f"at least {pct(dg.prefix_hit_min)}) while prefill per request grew over {drift}x: "
+            "something unique now heads the shared prompts.",
+            "10m",
+        ),
+        Alert(
+            "LLMEngineSpecDecodeAcceptance",
+            f"{now(accepted, drafted)}\n< {before(accepted, drafted)} / {drift}\n"
+            f"and\n{history(drafted)}",
+            "warning",
+            "Speculative decoding's draft tokens are accepted far less than usual.",
+            f"{MODEL_TEXT} accepts {VALUE_PERCENT} of its draft tokens over the last "
+            f"{w.range} (threshold: 1/{drift} of its acceptance off-peak before them): each step "
+            "yields fewer tokens.",
             "10m",
         ),
     ]

@@ -76,8 +76,15 @@ def _gate(w: Ranges) -> str:
 
 
 def offpeak(labels: tuple[str, ...], series: str, w: Ranges) -> str:
-    """The increase of ``series`` over the off-peak steps before the window, per labels."""
-    inner = f"sum by ({by(labels)}) (increase({series}[{w.step}]) {_gate(w)})"
+    """The increase of ``series`` over the off-peak steps before the window, per labels:
+    each step's counter at its end less at its start (a step with a reset: its samples'
+    increase), so that consecutive steps add up to the whole change, as the embedded
+    source's snapshots do. ``increase()`` alone reads only the samples inside the step and
+    loses what changed between the last of one step and the first of the next: half of
+    every change where the step is two scrapes, all of a counter that moves once a step
+    (a real vLLM's prefix-cache hits, read every second on a 2 s step)."""
+    change = f"({series} - {series} offset {w.step}) >= 0 or increase({series}[{w.step}])"
+    inner = f"sum by ({by(labels)}) (({change}) {_gate(w)})"
     return f"sum_over_time(({inner})[{w.baseline}:{w.step}] offset {w.range})"
 
 

@@ -70,7 +70,7 @@ def users_prompt_baseline(case: Case, e: EngineWindow) -> float | None:
         if e not in case.engines_of(p):
             continue
         if p.prompt_tokens_baseline is None or p.ok_rate_baseline is None:
-            return None
+            return None  # prompt_growth() then reads the engine's mean instead
         tokens -= p.prompt_tokens_baseline * p.ok_rate_baseline
         rate -= p.ok_rate_baseline
     # Users under a tenth of the requests: what is left is the counts' edges, not a mean.
@@ -114,6 +114,7 @@ def prompt_cost(case: Case, st: EngineState) -> tuple[float, float, float, float
 
 
 def _long_prompts(case: Case, st: EngineState, grown: Finding | None,
+                  users: tuple[float | None, float | None, str],
                   cleared: list[Evidence]) -> Finding | None:
     """Prompts too long for the TTFT SLO at the engine's prefill rate; growth over a
     baseline (``grown``) strengthens it, and alone still names it, unless the prefix cache
@@ -124,7 +125,8 @@ def _long_prompts(case: Case, st: EngineState, grown: Finding | None,
         return grown
     prompt, seconds, rate, now = cost
     budget = case.thresholds.prompt_budget_share * st.slo_ttft
-    ev = case.evidence(USERS_PROMPT, prompt, lab, budget * rate, prompt_growth(case, e)[1])
+    was, base, _ = users
+    ev = case.evidence(USERS_PROMPT, prompt, lab, budget * rate, base)
     # Without a history of a fast prefill, the rate is the window's own: a slow engine makes
     # any prompt cost the budget there. What tells the two apart is the probes' ordinary
     # prompt: the engine is as slow at it (slow_prefill) unless the users' are longer.
@@ -149,7 +151,6 @@ def _long_prompts(case: Case, st: EngineState, grown: Finding | None,
     evidence = [ev, case.evidence(PREFILL_RATE, rate, lab)]
     s = strength(seconds, budget)
     if grown is not None:
-        was, base, _ = prompt_growth(case, e)
         grown.headline = f"{headline} ({(was or 0.0) / (base or 1.0):.1f}x the off-peak " \
                          f"{base or 0.0:.0f})"
         grown.evidence[:0] = evidence
@@ -165,7 +166,8 @@ def _engine_causes(case: Case, st: EngineState, cleared: list[Evidence]) -> list
     # The users' prompts, not the engine's mean: a mean over the probes' short requests
     # too moves with how many of each it served, and a shared prompt that stopped being
     # cached did not grow.
-    prompt, before, prompt_metric = prompt_growth(case, e)
+    users = prompt_growth(case, e)
+    prompt, before, prompt_metric = users
     growths = (
         (LONG_PROMPTS, prompt, before, lines.prompt_growth, prompt_metric,
          "'s prompts average {v:.0f} tokens, {r:.1f}x the off-peak {b:.0f}"),
@@ -188,7 +190,7 @@ def _engine_causes(case: Case, st: EngineState, cleared: list[Evidence]) -> list
                 out.append(f)
         else:
             cleared.append(ev)
-    long = _long_prompts(case, st, grown, cleared)
+    long = _long_prompts(case, st, grown, users, cleared)
     return [long, *out] if long is not None else out
 
 

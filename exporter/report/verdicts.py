@@ -2,8 +2,8 @@
 and the chain's evidence at the end of each episode.
 
 ``llm_diagnosis_verdict`` (1 while named, 2 while primary) says when; the evidence is not in
-Prometheus, so the decision chain runs again over Prometheus at the episode's end, with the
-config's thresholds and diagnosis window, as ``diagnose --prometheus --at`` would.
+Prometheus, so the decision chain runs again over Prometheus at the episode's last evaluation,
+with the config's thresholds and diagnosis window, as ``diagnose --prometheus --at`` would.
 """
 
 from __future__ import annotations
@@ -72,19 +72,20 @@ def episodes(client: PromClient, config: Config, start: float, end: float,
             if v is not None:
                 per[t] = max(per.get(t, 0.0), v)
     paged = _paged(client, start, end, step)
-    found: list[tuple[Key, float, float, bool, bool]] = []
+    found: list[tuple[Key, float, float, bool, bool, list[float]]] = []
     for key, per in points.items():
         for first, last in runs(per, step):
-            primary = any(v >= PRIMARY for t, v in per.items() if first <= t < last)
+            named = sorted(t for t in per if first <= t < last)
+            primary = any(per[t] >= PRIMARY for t in named)
             fired = any(first <= t < last for t in paged.get(key, ()))
-            found.append((key, first, min(last, end), primary, fired))
+            found.append((key, first, min(last, end), primary, fired, named))
     found.sort(key=lambda f: (f[1], f[0]))
     longest = sorted(range(len(found)), key=lambda i: found[i][1] - found[i][2])[:MAX_EVIDENCE]
     out = []
-    for i, (key, first, last, primary, fired) in enumerate(found):
+    for i, (key, first, last, primary, fired, named) in enumerate(found):
         summary, lines = "", list[str]()
         if i in longest:
-            summary, lines = _evidence(client, config, key, last)
+            summary, lines = _evidence(client, config, key, named)
         out.append(Episode(
             layer=key[0], cause=key[1], scope={n: v for n, v in zip(SCOPE, key[2:], strict=True)
                                                if v},
@@ -94,11 +95,16 @@ def episodes(client: PromClient, config: Config, start: float, end: float,
     return out
 
 
-def _evidence(client: PromClient, config: Config, key: Key, at: float) -> tuple[str, list[str]]:
-    obs = observe(client.base, config, dt.datetime.fromtimestamp(at, dt.UTC),
-                  config.diagnosis.window, client.timeout)
-    diagnosis = chain.diagnose(obs, thresholds=resolve(config))
-    for v in diagnosis.verdicts:
-        if (v.layer, v.cause) == key[:2]:
-            return v.summary, [evidence_line(e) for e in v.evidence]
-    return "", [f"the chain no longer names {key[0]}/{key[1]} at the episode's end"]
+def _evidence(client: PromClient, config: Config, key: Key,
+              named: list[float]) -> tuple[str, list[str]]:
+    """The chain's evidence at the last evaluation that named the cause; the episode's middle
+    where the chain over Prometheus parts from the exporter's own verdict at its edge (the
+    exporter's step and the rule's differ by a scrape)."""
+    for at in dict.fromkeys((named[-1], named[len(named) // 2])):
+        obs = observe(client.base, config, dt.datetime.fromtimestamp(at, dt.UTC),
+                      config.diagnosis.window, client.timeout)
+        diagnosis = chain.diagnose(obs, thresholds=resolve(config))
+        for v in diagnosis.verdicts:
+            if (v.layer, v.cause) == key[:2]:
+                return v.summary, [evidence_line(e) for e in v.evidence]
+    return "", [f"the chain over Prometheus does not name {key[0]}/{key[1]} in the episode"]

@@ -162,3 +162,23 @@ def test_of_two_parts_over_their_lines_the_one_holding_more_is_the_cause() -> No
     assert front.verdicts[0].cause in ("frontend", "long_prompts"), render(front)
     assert "prefix_cache_miss" not in {v.cause for v in front.verdicts}
 
+
+
+def test_a_layer_the_config_leaves_out_is_not_a_blind_step_and_the_budget_says_where() -> None:
+    # The engine's parts are all under their lines and no GPU is configured: the 850 ms
+    # the client waited beyond them sits between the client and the engine's clock.
+    obs = all_probes(with_engine(healthy(), ttft_p95=0.3, **{**ENGINE, "prefill_mean": 0.05}),
+                     ttft_p95=1.5, ttft_mean=1.0, tcp_rtt_mean=0.03)
+    doc = diagnose(replace(obs, gpus=()))
+    v = doc.verdicts[0]
+    assert (v.layer, v.cause) == ("exporter", "no_data"), render(doc)
+    assert "no data for the" not in v.summary and "no gpu section is configured" in v.summary
+    assert "850 ms of its 1 s mean first token lies outside every measured part" in v.summary
+    # A GPU check that fails is a blind step, not a layer left out.
+    failing = diagnose(replace(obs, gpus=(), failing_checks=("gpu/nvml",)))
+    assert "gpu section" not in failing.verdicts[0].summary, render(failing)
+    # The engine's own per-token time under its line, the client's stream slow: said so.
+    stream = all_probes(with_engine(healthy(), itl_p95=0.06, itl_mean=0.045), tpot_p95=0.3,
+                        tpot_mean=0.05, ttft_mean=0.3)
+    doc = diagnose(replace(stream, gpus=()))
+    assert "the engine makes each token in 45 ms of its 50 ms mean" in doc.verdicts[0].summary

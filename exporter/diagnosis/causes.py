@@ -380,9 +380,10 @@ CLIENT_TIMEOUTS = Cause(
 NO_DATA = Cause(
     "exporter", "no_data",
     "the checks needed to decide are failing or absent: never a guess", ALL, ANY_FAILURE, (
-        "Fix the failing checks named in the evidence (llm_exporter_check_runs_total, "
-        "/-/ready); the chain will not guess without them.",
-        "Make sure the engine, path and GPU checks cover what the probe talks to.",
+        "Fix any failing check the summary names (llm_exporter_check_runs_total, "
+        "/-/ready); the chain will not guess without it.",
+        "Make sure the engine, path and GPU checks cover what the probe talks to; the first "
+        "token's budget (diagnose's parts table, the page's bars) says where the time sits.",
     ),
     answers=("LLMEngineDown", "LLMProbeAbsent", "LLMExporterCheckFailing"))
 

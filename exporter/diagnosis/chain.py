@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.diagnosis.causes import (
+    COMPUTE,
     DOWN,
+    FIRST_TOKEN,
     LAYERS,
     NO_DATA,
     SYMPTOMS,
+    BudgetPart,
     Cause,
     StreamPart,
     Symptom,
@@ -216,10 +219,49 @@ def _delivered_late(ps: ProbeSymptoms, b: Budget | None) -> str | None:
             "network cause" + (f" on {ps.probe.carrier}" if ps.probe.carrier else ""))
 
 
+def _unconfigured(case: Case) -> list[str]:
+    """Layers the config leaves out: no GPU in the window and no GPU check failing or
+    unrun is no ``gpu`` section, not a blind step."""
+    return [] if case.obs.gpus or case.failing("gpu") else ["gpu"]
+
+
+def _where_it_sits(ps: ProbeSymptoms, b: Budget | None) -> list[str]:
+    """Where an unexplained slow first token's or stream's time sits in the probe's budget:
+    the part holding most of it, every measured part under its own line."""
+    if b is None:
+        return []
+    first = _first_token_sits(ps, b)
+    out = [first] if first else []
+    engine = b.stream.get(StreamPart.ENGINE)
+    if "tpot" in ps.open and b.tpot is not None and engine is not None:
+        out.append(f"the engine makes each token in {secs(engine)} of its {secs(b.tpot)} mean "
+                   "per output token, under the engine's inter-token line")
+    return out
+
+
+def _first_token_sits(ps: ProbeSymptoms, b: Budget) -> str | None:
+    if not FIRST_TOKEN & set(ps.open):
+        return None
+    measured = [(str(k), v) for k, v in b.parts.items()
+                if v is not None and k is not BudgetPart.REMAINDER]
+    rest = b.parts.get(BudgetPart.REMAINDER) or 0.0
+    listed = ", ".join(f"{k} {secs(v)}" for k, v in measured) or "no part measured"
+    top, held = max(measured, key=lambda kv: kv[1], default=("", 0.0))
+    if rest >= held:
+        return (f"{secs(rest)} of its {secs(b.ttft)} mean first token lies outside every "
+                f"measured part ({listed}): between the client and the engine's own clock "
+                "(a proxy or gateway, the API server before the engine timed the request)")
+    return (f"the {top} holds {secs(held)} of its {secs(b.ttft)} mean first token ({listed}, "
+            f"{secs(rest)} unaccounted for), under that part's own line")
+
+
 def _no_data(case: Case, steps: list[Step], budgets: dict[str, Budget]) -> list[Verdict]:
-    """A verdict for each symptom no step explained: the data to decide is missing."""
+    """A verdict for each symptom no step explained: the data to decide is missing, or the
+    time sits where no cause's line is crossed (the budget says where)."""
     out: list[Verdict] = []
-    blind = [s.step for s in steps[1:] if s.result is StepResult.NO_DATA]
+    unconfigured = _unconfigured(case)
+    blind = [s.step for s in steps[1:]
+             if s.result is StepResult.NO_DATA and s.step not in unconfigured]
     for ps in case.sick:
         if not ps.open:
             continue
@@ -245,7 +287,12 @@ def _no_data(case: Case, steps: list[Step], budgets: dict[str, Budget]) -> list[
         if blind and not why:
             why.append(f"no data for the {', '.join(blind)} step(s)")
         if not why:
+            why += _where_it_sits(ps, budgets.get(p.probe))
+        if not why:
             why.append("no step's data explains it")
+        if unconfigured and COMPUTE & set(ps.open):
+            why.append(f"no {' or '.join(unconfigured)} section is configured, so that layer "
+                       "is not read")
         symptoms = tuple(s for s in SYMPTOMS if s in ps.open)
         what = _phrase(ps, ps.open)
         out.append(_of(NO_DATA, probe_scope(p), symptoms, 0.5,

@@ -277,3 +277,19 @@ def test_budget_bar_parts_are_shares_of_the_ttft_or_of_their_sum() -> None:
     assert _widths(markup) == {"network": pytest.approx(100 / 12, abs=0.01),
                                "prefill": pytest.approx(1100 / 12, abs=0.01)}
     assert "add up to 200 ms more than the client waited" in markup
+
+
+def test_the_stream_bar_is_the_engines_time_per_token_and_its_delivery() -> None:
+    row = {"probe": "p", "ttft": 0.5, "parts": {"prefill": 0.5}, "tpot": 0.05,
+           "stream": {"engine": 0.03, "delivery": 0.02}}
+    markup = page_budget.html([row])
+    stream = markup[markup.index('data-bar="StreamPart"'):]
+    assert _widths(stream) == {"engine": 60.0, "delivery": 40.0}
+    assert "per output token 50 ms mean" in markup
+    # The engine's time per token above what the client saw: the bar is the engine's.
+    row["stream"] = {"engine": 0.06, "delivery": -0.01}
+    markup = page_budget.html([row])
+    assert _widths(markup[markup.index('data-bar="StreamPart"'):]) == {"engine": 100.0}
+    assert "add up to 10 ms more than the client waited" in markup
+    # No engine time per token: no stream bar.
+    assert "StreamPart" not in page_budget.html([{**row, "tpot": None, "stream": {}}])

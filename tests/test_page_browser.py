@@ -129,9 +129,9 @@ def test_live_page_in_chromium(
         # bar, and the drawn parts never overflow it.
         (row,) = [b for b in doc["budget"] if b["probe"] == "chat"]
         widths = dict(page.eval_on_selector_all(
-            "#budget [data-probe=chat] .budget span",
+            "#budget [data-probe=chat] .budget[data-bar=BudgetPart] span",
             "els => els.map(e => [e.dataset.part, e.getBoundingClientRect().width])"))
-        bar = page.eval_on_selector("#budget [data-probe=chat] .budget",
+        bar = page.eval_on_selector("#budget [data-probe=chat] .budget[data-bar=BudgetPart]",
                                     "e => e.getBoundingClientRect().width")
         assert max(widths, key=widths.__getitem__) == "prefill", (widths, row)
         assert sum(widths.values()) <= bar + 1, (widths, bar)

@@ -455,6 +455,28 @@ def test_a_mean_moved_by_the_mix_of_probes_and_users_is_no_growth() -> None:
     assert "3.0x the off-peak 1864" in grew.verdicts[0].summary, render(grew)
 
 
+def test_request_rate_growth_is_the_users_not_the_probes() -> None:
+    # The engine serves 1 request/s before and after. Off-peak the four probes sent 0.2/s
+    # each (0.8 of it); queued, each finishes only 60 in the 10 min window (0.4/s together):
+    # the users went from 0.2/s to 0.6/s, what queued the probes.
+    same = dict(prompt_tokens_mean=200.0, prompt_tokens_baseline=200.0)
+    obs = all_probes(with_engine(healthy(), request_rate=1.0, request_rate_baseline=1.0,
+                                 **QUEUED, **same), **SLOW_ALL, outcomes={"ok": 60},
+                     ok_rate_baseline=0.2)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause) for v in d.verdicts][:1] == [
+        ("application", "client_concurrency")], render(d)
+    assert "users send 0.6 requests/s, 3.0x the off-peak 0.2/s" in d.verdicts[0].summary
+    # The engine's rate tripled, but by the probes' own requests (each 0.6/s now, 0.025/s
+    # off-peak): the users' 0.4/s did not grow, and the queue is the engine's.
+    probes = all_probes(with_engine(healthy(), request_rate=2.8, request_rate_baseline=0.5,
+                                    **QUEUED, **same), **SLOW_ALL, outcomes={"ok": 360},
+                        ok_rate_baseline=0.025)
+    d = diagnose(probes)
+    assert "client_concurrency" not in {v.cause for v in d.verdicts}, render(d)
+    assert d.verdicts[0].cause == "queueing", render(d)
+
+
 def test_a_throttled_gpu_beside_long_prompts_names_both() -> None:
     # Both take over the slow prefill; neither drops the other (GPU first, in chain order).
     obs = all_probes(with_gpu(with_engine(healthy(), ttft_p95=2.0, prefill_seconds=180.0,

@@ -26,10 +26,9 @@ from tests.support.lab.runner import LabRun, misses
 from tests.support.lab.scenario import Scenario, load_scenario
 
 #: The CI sample: (seed, how many to generate, which of them to run): a healthy run (a
-#: loss on mobile under its line), a slow first token with users' prompts no longer than
-#: the probes' (engine/slow_prefill, the primary: it explains every probe's TTFT) before
-#: unicom's route change, engine/imbalance (two data-parallel ranks, most requests pinned
-#: to the last), and application/long_prompts without a baseline before telecom's RTT floor.
+#: loss on mobile under its line), application/long_prompts beside packet loss on mobile,
+#: engine/queueing (the slots drawn few against the load), and a throttled GPU beside
+#: unicom's RTT floor.
 SAMPLE_SEED, SAMPLE_N = 1, 12
 SAMPLE = (0, 3, 6, 11)
 

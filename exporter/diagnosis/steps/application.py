@@ -23,6 +23,7 @@ PROMPT_MEAN = (f"rate({metrics.ENGINE_PROMPT_TOKENS.name}) / "
                f"rate({metrics.ENGINE_REQUESTS_FINISHED.name})")
 RATE = f"rate({metrics.ENGINE_REQUESTS_FINISHED.name})"
 USERS_PROMPT = f"{PROMPT_MEAN}, the probes' own requests left out"
+USERS_RATE = f"{RATE}, the probes' own requests left out"
 PREFILL_RATE = (f"rate({metrics.ENGINE_PROMPT_TOKENS.name}) / "
                 f"rate({metrics.ENGINE_PREFILL_TIME.name}_sum)")
 
@@ -87,6 +88,24 @@ def prompt_growth(case: Case, e: EngineWindow) -> tuple[float | None, float | No
     if linked and all(p.ok_rate_baseline is not None for p in linked):
         return users_prompt(case, e), users_prompt_baseline(case, e), USERS_PROMPT
     return e.prompt_tokens_mean, e.prompt_tokens_baseline, PROMPT_MEAN
+
+
+def rate_growth(case: Case, e: EngineWindow) -> tuple[float | None, float | None, str]:
+    """(requests per second now, off-peak, the statistic's name): the users' own, the
+    linked probes' requests left out, where every linked probe's off-peak rate is known;
+    else the engine's rate over all it served. The probes run at a rate of their own, which
+    falls as answers slow: counted in, they hide the users' growth that slowed them. Users
+    off-peak under a tenth of the engine's requests are counted as that tenth, so growth
+    from next to nothing is judged against something."""
+    linked = [p for p in case.obs.probes if e in case.engines_of(p)]
+    now, base = e.request_rate, e.request_rate_baseline
+    if not linked or any(p.ok_rate_baseline is None for p in linked) or now is None \
+            or not base:
+        return now, base, RATE
+    served = sum(n for p in linked for o, n in p.outcomes.items() if o not in NOT_SERVED)
+    users = max(0.0, now - served / case.obs.window)
+    before = base - sum(p.ok_rate_baseline or 0.0 for p in linked)
+    return users, max(before, 0.1 * base), USERS_RATE
 
 
 def probes_prompt(case: Case, e: EngineWindow) -> float | None:
@@ -168,12 +187,13 @@ def _engine_causes(case: Case, st: EngineState, cleared: list[Evidence]) -> list
     # cached did not grow.
     users = prompt_growth(case, e)
     prompt, before, prompt_metric = users
+    rate, rate_before, rate_metric = rate_growth(case, e)
     growths = (
         (LONG_PROMPTS, prompt, before, lines.prompt_growth, prompt_metric,
          "'s prompts average {v:.0f} tokens, {r:.1f}x the off-peak {b:.0f}"),
-        (CLIENT_CONCURRENCY, e.request_rate, e.request_rate_baseline, lines.request_rate_growth,
-         RATE, " gets {v:.3g} requests/s, {r:.1f}x the "
-         "off-peak {b:.3g}/s at the same capacity"),
+        (CLIENT_CONCURRENCY, rate, rate_before, lines.request_rate_growth, rate_metric,
+         "'s users send {v:.3g} requests/s, {r:.1f}x the off-peak {b:.3g}/s at the same "
+         "capacity"),
     )
     grown: Finding | None = None
     for cause, value, base, growth, metric, text in growths:

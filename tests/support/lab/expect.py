@@ -705,6 +705,29 @@ def long_prompts(lab: Lab, eng: dict[str, Range], sick: list[Sick], found: list[
     return [f]
 
 
+def concurrency(lab: Lab, eng: dict[str, Range], found: list[Found], first: bool
+                ) -> list[Found]:
+    """Step 5's users' rate: a queue that slows the first token while the users send over
+    ``request_rate_growth`` x their baseline phase's rate (a load under capacity then, the
+    same slots) is theirs: ``client_concurrency`` takes ``queueing`` over."""
+    s = lab.scenario
+    queued = [f for f in found if f.cause == "queueing"]
+    if s.baseline_load is None or s.baseline <= 0 or not queued or not first:
+        return found
+    before = engine_model(Lab(s.model_copy(update={"load": s.baseline_load}), lab.config,
+                              lab.th))
+    if before["rho"][1] >= 1 / MARGIN:
+        raise Ambiguous  # the baseline queued too: its served rate is not its load's
+    rate, served = s.baseline_load.rate, eng["served"]
+    if not need(over((served[0] / (rate * 1.1), served[1] / (rate * 0.9)),
+                     lab.th.request_rate_growth)):
+        return found
+    q = queued[0]
+    grown = Found("application", "client_concurrency", dict(q.scope), q.explains, q.fails, [],
+                  felt=q.felt)
+    return [grown if f is q else f for f in found]
+
+
 def application(sick: list[Sick], slow: bool) -> list[Found]:
     """A cause upstream of the probes is one verdict, with every probe it fails as its
     evidence (docs/diagnosis.md): it is felt as much as all of them together."""
@@ -762,6 +785,7 @@ def expected(lab: Lab) -> list[dict[str, object]]:
     sick = probe_symptoms(lab, eng)
     found = network(lab, sick, eng)
     eng_found, first, decode = engine(lab, sick, eng, name)
+    eng_found = concurrency(lab, eng, eng_found, first)
     prompts = long_prompts(lab, eng, sick, eng_found, first, name)
     if any(f.undecided for f in eng_found):
         raise Ambiguous  # a split between queueing and slow_prefill no step took over

@@ -166,6 +166,23 @@ def eng_capacity(rng: random.Random, spec: Spec) -> None:
                     "concurrency": rng.randint(seqs + 2, 24)}
 
 
+def app_concurrency(rng: random.Random, spec: Spec) -> None:
+    """The users' request rate grows at the same capacity: 8-16 slots (the users' then,
+    beside the probes' four), a baseline phase at 15-35 % of what they serve, then 1.4-2.5x
+    it, so the queue is certain and its growth is the users'."""
+    seqs, tokens = rng.randint(8, 16), rng.randint(32, 96)
+    cfg = EngineConfig(max_num_seqs=seqs)
+    served = seqs / ((tokens + 2) * (cfg.decode_step + cfg.decode_step_per_seq * seqs))
+    load = {"prompt_tokens": 256, "max_tokens": tokens,
+            "concurrency": rng.randint(seqs + 6, seqs + 20)}
+    _with_baseline(spec)
+    for phase in ("simulator", "baseline_simulator"):
+        _nested(spec, phase, "config")["max_num_seqs"] = seqs
+    spec["baseline_load"] = {**load, "rate": _round(max(0.6, served * rng.uniform(0.15, 0.35)),
+                                                   2)}
+    spec["load"] = {**load, "rate": _round(min(200.0, served * rng.uniform(1.4, 2.5)), 2)}
+
+
 def eng_down(rng: random.Random, spec: Spec) -> None:
     spec["baseline"] = _dur(15)  # the engine is seen up before it stops
     _nested(spec, "simulator")["down"] = True
@@ -315,14 +332,14 @@ OTHER: dict[str, Callable[..., None]] = {
     "decode": eng_decode, "first_token": eng_first_token, "prefill": eng_prefill,
     "capacity": eng_capacity, "kv": eng_kv, "imbalance": eng_imbalance, "down": eng_down, "gpu": gpu_state, "xid": gpu_xid,
     "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load,
-    "long_prompts": app_long_prompts, "frontend": eng_frontend,
+    "long_prompts": app_long_prompts, "frontend": eng_frontend, "concurrency": app_concurrency,
     "kv_transfer": eng_kv_transfer, "prefix": eng_prefix, "spec": eng_spec}
 #: Which knobs may pair with a network fault in a double (an engine that is down fails
 #: every probe, whatever the path; a preempting KV cache leaves the probes' TPOT
 #: unbounded, and two data-parallel ranks are modelled only for their imbalance, so the
 #: model decides those alone).
 PAIRS = tuple(k for k in OTHER if k not in ("down", "kv", "imbalance", "frontend",
-                                             "kv_transfer", "prefix", "spec"))
+                                             "kv_transfer", "prefix", "spec", "concurrency"))
 
 
 def _slos(rng: random.Random, spec: Spec) -> None:

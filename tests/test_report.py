@@ -200,6 +200,32 @@ def test_daytime_and_peak_tables_match_promql(report_lab: dict[str, Any]) -> Non
                 ttft["by_class"]["evening"]["p95"] - ttft["by_class"]["daytime"]["p95"])
 
 
+def test_means_by_part_match_promql_and_add_up_to_the_first_token(
+        report_lab: dict[str, Any]) -> None:
+    prom, start, peak_at, end = (report_lab["prom"], report_lab["start"], report_lab["peak_at"],
+                                 report_lab["end"])
+    (carrier,) = report_lab["doc"]["carriers"]
+    means = carrier["means"]
+    assert list(means) == ["network", "network_frontend", "queue", "prefill", "ttft", "tpot"]
+    probe = 'carrier="lab",profile!="long_context"'
+    family = {"network": ("llm_probe_tcp_rtt_seconds", 'carrier="lab"'),
+              "ttft": ("llm_probe_time_to_first_token_seconds", probe),
+              "tpot": ("llm_probe_time_per_output_token_seconds", probe),
+              **{p: ("llm_probe_server_timing_seconds", f'{probe},part="{p}"')
+                 for p in ("network_frontend", "queue", "prefill")}}
+    for cls, (t0, at) in (("daytime", (start, peak_at)), ("evening", (peak_at, end))):
+        rng = f"[{round((at - t0) * 1000)}ms] @ {at:.3f}"
+        for name, (metric, sel) in family.items():
+            want = scalar(prom, f"sum(increase({metric}_sum{{{sel}}}{rng})) / "
+                                f"sum(increase({metric}_count{{{sel}}}{rng}))", at)
+            assert near(means[name][cls], want), (name, cls, means[name][cls], want)
+        # The engine times each probe request's first token in three parts that sum to it.
+        parts = sum(means[p][cls] for p in ("network_frontend", "queue", "prefill"))
+        assert parts == pytest.approx(means["ttft"][cls], rel=0.05), (cls, means)
+    md = (report_lab["out"] / "report.md").read_text()
+    assert "| TTFT: prefill | mean |" in md
+
+
 def test_outcomes_goodput_queue_and_long_context(report_lab: dict[str, Any]) -> None:
     doc, prom, peak_at, end = report_lab["doc"], report_lab["prom"], report_lab["peak_at"], report_lab["end"]
     peak = f"[{round((end - peak_at) * 1000)}ms] @ {end:.3f}"

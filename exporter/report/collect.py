@@ -47,9 +47,24 @@ class Collector:
         return out
 
     def totals(self, family: Family, by: Sequence[str], match: str = "") -> Totals:
+        return self._increase(family.name, by, match)
+
+    def means(self, family: Family, by: Sequence[str], match: str = "") -> Totals:
+        """A histogram's mean per class: its sums over its counts, each class's segments
+        added up first (means add up where quantiles do not)."""
+        sums = self._increase(f"{family.name}_sum", by, match)
+        counts = self._increase(f"{family.name}_count", by, match)
+        out: Totals = defaultdict(lambda: defaultdict(float))
+        for key, per in counts.items():
+            for cls, n in per.items():
+                if n > 0 and cls in sums.get(key, {}):
+                    out[key][cls] = sums[key][cls] / n
+        return out
+
+    def _increase(self, name: str, by: Sequence[str], match: str) -> Totals:
         out: Totals = defaultdict(lambda: defaultdict(float))
         for seg in self.segments:
-            expr = f"sum by ({', '.join(by)}) (increase({family.name}{match}{seg.range_at()}))"
+            expr = f"sum by ({', '.join(by)}) (increase({name}{match}{seg.range_at()}))"
             for s in self.client.query(expr, seg.end):
                 if s.value is not None:
                     out[key_of(s.labels, by)][seg.cls] += s.value

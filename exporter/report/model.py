@@ -65,6 +65,11 @@ class Carrier(_Model):
     #: out of order over data segments received ({} in a report from before they did).
     stream_retransmission_ratio: dict[str, float | None] = {}
     stream_out_of_order_ratio: dict[str, float | None] = {}
+    #: Means per class, seconds, that add up where quantiles do not: the field guides'
+    #: segments (``network`` the probes' kernel RTT; ``network_frontend``, ``queue`` and
+    #: ``prefill`` the engine's timing of the probes' requests, which sum to their
+    #: ``ttft``; ``tpot`` per output token) ({} in a report from before them).
+    means: dict[str, dict[str, float | None]] = {}
 
 
 class RouteChange(_Model):

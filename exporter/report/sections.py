@@ -76,6 +76,13 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
     first = {p: col.buckets(timing, CARRIER,
                             f'{{{part}="{p.value}",profile!="{LONG_CONTEXT}"}}')
              for p in FIRST_TOKEN_PARTS}
+    # The same parts as means, which add up: the field guides' segments of a request.
+    means = {"network": col.means(metrics.PROBE_TCP_RTT, CARRIER),
+             **{p.value: col.means(timing, CARRIER,
+                                   f'{{{part}="{p.value}",profile!="{LONG_CONTEXT}"}}')
+                for p in (metrics.ServerPart.NETWORK_FRONTEND, *FIRST_TOKEN_PARTS[:2])},
+             "ttft": col.means(metrics.PROBE_TTFT, CARRIER, NOT_LONG),
+             "tpot": col.means(metrics.PROBE_TPOT, CARRIER, NOT_LONG)}
     family, label = metrics.PROBE_TCP_SEGMENTS, metrics.PROBE_TCP_SEGMENTS.labels[-1]
     probe_segments = {
         kind: col.totals(family, CARRIER, f'{{{label}="{kind.value}"}}')
@@ -98,6 +105,8 @@ def carriers(col: Collector, classes: Sequence[str]) -> list[Carrier]:
             vantage=key[0], carrier=key[1], loss_ratio=lost, retransmission_ratio=resent,
             stream_retransmission_ratio=stream[seg.RETRANSMITTED],
             stream_out_of_order_ratio=stream[seg.OUT_OF_ORDER],
+            means={name: {c: per[key][c] if c in per.get(key, {}) else None for c in classes}
+                   for name, per in means.items() if key in per},
             metrics=[
                 _hist("ttft", ttft, key, classes),
                 _hist("tpot", tpot, key, classes),

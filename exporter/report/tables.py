@@ -11,11 +11,14 @@ from exporter.report.model import Metric, Report
 
 #: Which of a Metric's quantiles the tables show.
 QS = ("p50", "p95", "p99")
+#: The parts of a probe's TTFT the engine times: by quantile ("ttft_queue") and by mean.
+PARTS = {"network_frontend": "TTFT: network and API server", "queue": "TTFT: engine queue",
+         "prefill": "TTFT: prefill"}
+KERNEL_RTT = "probes' kernel RTT"
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "rtt": "RTT", "jitter": "jitter (RFC 3550)",
           "loss": "loss per burst", "queue_time": "queue time",
-          "users_rtt": "real users' RTT", "probe_tcp_rtt": "probes' kernel RTT",
-          "ttft_queue": "TTFT: engine queue", "ttft_prefill": "TTFT: prefill",
-          "ttft_network_frontend": "TTFT: network and API server"}
+          "users_rtt": "real users' RTT", "probe_tcp_rtt": KERNEL_RTT, "network": KERNEL_RTT,
+          **PARTS, **{f"ttft_{k}": v for k, v in PARTS.items()}}
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,12 @@ def carriers(r: Report) -> Section:
             t.rows.append([Cell("real users' retransmission"), Cell("all"), *(
                 num(c.retransmission_ratio.get(cls), "ratio",
                     fmt.pointer("carriers", i, "retransmission_ratio", cls))
+                for cls in r.classes)])
+        # Means, which add up: network and API server + queue + prefill is the TTFT of the
+        # requests the engine timed.
+        for name, per in c.means.items():
+            t.rows.append([Cell(LABELS.get(name, name)), Cell("mean"), *(
+                num(per.get(cls), "s", fmt.pointer("carriers", i, "means", name, cls))
                 for cls in r.classes)])
         for attr, what in (("stream_retransmission_ratio", "probe stream retransmission"),
                            ("stream_out_of_order_ratio", "probe stream out of order")):

@@ -477,6 +477,23 @@ def test_request_rate_growth_is_the_users_not_the_probes() -> None:
     assert d.verdicts[0].cause == "queueing", render(d)
 
 
+def test_a_setup_that_leaves_the_first_token_fast_times_out_no_answer() -> None:
+    # A 40 ms connect of a 70 ms first token (a distant carrier, every request on a new
+    # connection), well inside the SLO: the answers cut by the probe's own 200 ms total
+    # timeout are the client's, not the handshake's.
+    obs = with_probe(healthy(), "chat", ttft_p95=0.07, connect_p95=0.04,
+                     outcomes={"ok": 5, "timeout_total": 15}, timeout_total=0.2)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause) for v in d.verdicts] == [
+        ("application", "client_timeouts")], render(d)
+    # Connections that time out are the setup's, first token fast or not.
+    connect = with_probe(healthy(), "chat", ttft_p95=0.07, connect_p95=0.04,
+                         outcomes={"ok": 5, "timeout_connect": 15})
+    d = diagnose(connect)
+    assert [(v.layer, v.cause) for v in d.verdicts][:1] == [
+        ("network", "connection_setup")], render(d)
+
+
 def test_a_throttled_gpu_beside_long_prompts_names_both() -> None:
     # Both take over the slow prefill; neither drops the other (GPU first, in chain order).
     obs = all_probes(with_gpu(with_engine(healthy(), ttft_p95=2.0, prefill_seconds=180.0,

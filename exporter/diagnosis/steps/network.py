@@ -6,6 +6,7 @@ from __future__ import annotations
 from exporter import metrics
 from exporter.diagnosis.causes import (
     CONNECTION_SETUP,
+    FIRST_TOKEN,
     JITTER,
     PACKET_LOSS,
     PEAK_CONGESTION,
@@ -128,7 +129,10 @@ def _probe_findings(case: Case, ps: ProbeSymptoms, cleared: list[Evidence],
     out: list[Finding] = []
     labels = probe_labels(p)
     engines = case.engines_of(p)
-    if p.connect_p95 is not None and p.ttft_p95:
+    # A setup that does not make the first token slow explains no timeout of the answer:
+    # only a probe whose first token is slow, or whose connections fail, is its.
+    setup_felt = bool(FIRST_TOKEN & ps.open) or ps.failure == "connect"
+    if p.connect_p95 is not None and p.ttft_p95 and setup_felt:
         e = case.evidence(metrics.PROBE_PHASE.name, p.connect_p95, {**labels, "phase": "setup"},
                           lines.connection_setup_share * p.ttft_p95)
         if p.connect_p95 > lines.connection_setup_share * p.ttft_p95:

@@ -16,8 +16,10 @@ _O = metrics.ProbeOutcome
 #: failures (a 429 is rate limiting, never a slow engine).
 FAILURE_KINDS: dict[str, Failure] = {
     _O.RATE_LIMITED: "limited",
-    _O.TIMEOUT_CONNECT: "timeout", _O.TIMEOUT_FIRST_TOKEN: "timeout", _O.TIMEOUT_TOTAL: "timeout",
-    _O.CONNECT_ERROR: "connect",
+    # A connection that times out is one that could not be set up: the network's or a dead
+    # engine's, never a slow answer's.
+    _O.TIMEOUT_CONNECT: "connect", _O.CONNECT_ERROR: "connect",
+    _O.TIMEOUT_FIRST_TOKEN: "timeout", _O.TIMEOUT_TOTAL: "timeout",
     _O.HTTP_4XX: "server", _O.HTTP_5XX: "server",
     _O.STREAM_RESET: "stream", _O.STREAM_ERROR: "stream", _O.PROTOCOL_ERROR: "stream",
     _O.EMPTY: "stream",

@@ -576,9 +576,9 @@ def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
         if need(over((p.jitter / 2, p.jitter), th.jitter_seconds)):
             add("jitter", frozenset(("ttft", "tpot")), own=True)
         for s in riders:
-            setup = s.open & FIRST | ({"failures"} & s.open
-                                      if s.failure_kind in NET_FAILS else set())
-            if setup:
+            # A setup that leaves the first token fast is no timeout's cause (its own
+            # connect failures are the loss's here: a SYN lost twice).
+            if s.open & FIRST:
                 ttft_lo = max(eng["ttft"][0] + p.delay - p.jitter,
                               slo_ttft if "ttft" in s.open else 0.0)
                 connect = (p.delay - p.jitter, p.delay + p.jitter + (1.0 if p.loss else 0.0))

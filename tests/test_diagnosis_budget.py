@@ -13,7 +13,9 @@ from exporter.diagnosis.causes import BudgetPart as P
 from exporter.diagnosis.causes import StreamPart as S
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.remote import from_json
+from exporter.diagnosis.result import StepResult
 from exporter.diagnosis.text import render
+from exporter.runtime.page import verdict as page_verdict
 from tests.support.observations import all_probes, healthy, with_engine, with_probe
 
 #: An engine whose means say 50 ms of frontend, 20 ms of queue and 300 ms of prefill.
@@ -174,9 +176,15 @@ def test_a_layer_the_config_leaves_out_is_not_a_blind_step_and_the_budget_says_w
     assert (v.layer, v.cause) == ("exporter", "no_data"), render(doc)
     assert "no data for the" not in v.summary and "no gpu section is configured" in v.summary
     assert "850 ms of its 1 s mean first token lies outside every measured part" in v.summary
+    steps = {s.step: s.result for s in doc.steps}
+    assert steps["gpu"] is StepResult.NOT_CONFIGURED and doc.to_json()["steps"][3]["result"] \
+        == "not_configured"
+    assert "Not configured: gpu" in render(doc) and "No data for" not in render(doc)
+    assert "Not configured: gpu" in page_verdict.section(doc.to_json())
     # A GPU check that fails is a blind step, not a layer left out.
     failing = diagnose(replace(obs, gpus=(), failing_checks=("gpu/nvml",)))
     assert "gpu section" not in failing.verdicts[0].summary, render(failing)
+    assert {s.step: s.result for s in failing.steps}["gpu"] is StepResult.NO_DATA
     # The engine's own per-token time under its line, the client's stream slow: said so.
     stream = all_probes(with_engine(healthy(), itl_p95=0.06, itl_mean=0.045), tpot_p95=0.3,
                         tpot_mean=0.05, ttft_mean=0.3)

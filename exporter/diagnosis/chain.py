@@ -219,12 +219,6 @@ def _delivered_late(ps: ProbeSymptoms, b: Budget | None) -> str | None:
             "network cause" + (f" on {ps.probe.carrier}" if ps.probe.carrier else ""))
 
 
-def _unconfigured(case: Case) -> list[str]:
-    """Layers the config leaves out: no GPU in the window and no GPU check failing or
-    unrun is no ``gpu`` section, not a blind step."""
-    return [] if case.obs.gpus or case.failing("gpu") else ["gpu"]
-
-
 def _where_it_sits(ps: ProbeSymptoms, b: Budget | None) -> list[str]:
     """Where an unexplained slow first token's or stream's time sits in the probe's budget:
     the part holding most of it, every measured part under its own line."""
@@ -259,9 +253,8 @@ def _no_data(case: Case, steps: list[Step], budgets: dict[str, Budget]) -> list[
     """A verdict for each symptom no step explained: the data to decide is missing, or the
     time sits where no cause's line is crossed (the budget says where)."""
     out: list[Verdict] = []
-    unconfigured = _unconfigured(case)
-    blind = [s.step for s in steps[1:]
-             if s.result is StepResult.NO_DATA and s.step not in unconfigured]
+    unconfigured = [s.step for s in steps if s.result is StepResult.NOT_CONFIGURED]
+    blind = [s.step for s in steps[1:] if s.result is StepResult.NO_DATA]
     for ps in case.sick:
         if not ps.open:
             continue
@@ -303,7 +296,7 @@ def _no_data(case: Case, steps: list[Step], budgets: dict[str, Budget]) -> list[
 
 def _status(sick: list[ProbeSymptoms], verdicts: list[Verdict], steps: list[Step]) -> Status:
     causes = [(v.layer, v.cause) for v in verdicts]
-    if all(s.result is StepResult.NO_DATA for s in steps) and all(
+    if all(s.result in (StepResult.NO_DATA, StepResult.NOT_CONFIGURED) for s in steps) and all(
             c == (NO_DATA.layer, NO_DATA.name) for c in causes):
         return "unknown"
     if not verdicts:

@@ -26,6 +26,9 @@ class StepResult(StrEnum):
     IMPLICATED = "implicated"
     RULED_OUT = "ruled_out"
     NO_DATA = "no_data"
+    #: The config leaves the layer out (no ``gpu`` section): nothing to read, and nothing
+    #: missing either.
+    NOT_CONFIGURED = "not_configured"
 
 
 #: The chain's steps, in the order the field guides fix.

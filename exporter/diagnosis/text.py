@@ -105,7 +105,9 @@ def render(d: Diagnosis) -> str:
     rows = budget(d.budget)
     if rows:
         lines += ["First token, mean ms by part (- not measured: in the remainder):", *rows, ""]
-    blind = [s.step for s in d.steps if s.result is StepResult.NO_DATA]
-    if blind:
-        lines.append(f"No data for: {', '.join(blind)}")
+    for result, what in ((StepResult.NO_DATA, "No data for"),
+                         (StepResult.NOT_CONFIGURED, "Not configured")):
+        steps = [s.step for s in d.steps if s.result is result]
+        if steps:
+            lines.append(f"{what}: {', '.join(steps)}")
     return "\n".join(lines).rstrip() + "\n"

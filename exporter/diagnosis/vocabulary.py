@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.diagnosis.causes import CAUSES, LAYERS, NAMES, BudgetPart, Cause, StreamPart
+from exporter.diagnosis.result import StepResult
 from exporter.docblock import DocBlock
 
 SCHEMA_FILE = Path(__file__).with_name("schema.json")
@@ -26,6 +27,7 @@ def schema(doc: dict[str, Any]) -> dict[str, Any]:
     verdict["oneOf"] = [{"properties": {"layer": {"const": layer},
                                         "cause": {"enum": list(NAMES[layer])}}}
                         for layer in LAYERS]
+    doc["$defs"]["step"]["properties"]["result"]["enum"] = [str(r) for r in StepResult]
     budget = doc["$defs"]["budget"]["properties"]
     for key, enum in (("parts", BudgetPart), ("stream", StreamPart)):
         budget[key]["properties"] = {str(p): {"type": ["number", "null"]} for p in enum}

@@ -14,7 +14,7 @@ from exporter.diagnosis.causes import (
     Cause,
 )
 from exporter.diagnosis.observations import GpuWindow
-from exporter.diagnosis.result import Evidence
+from exporter.diagnosis.result import Evidence, Step, StepResult
 from exporter.diagnosis.steps.base import Case, EngineState, Finding, Outcome, Standing
 from exporter.diagnosis.steps.words import pct, strength
 
@@ -116,4 +116,8 @@ def evaluate(case: Case) -> Outcome:
                     and not ef.taken_over:
                 f.absorb(ef)
         findings.append(f)
-    return Outcome.of("gpu", findings, cleared, decided)
+    outcome = Outcome.of("gpu", findings, cleared, decided)
+    if not case.obs.gpus and not case.failing("gpu"):
+        # No GPU in the window and no GPU check failing or unrun: no ``gpu`` section.
+        outcome.step = Step("gpu", StepResult.NOT_CONFIGURED)
+    return outcome

@@ -41,9 +41,10 @@ def _stacked(what: str, total: float, parts: dict[str, Any], order: type[StrEnum
         if value > 0 and whole > 0:
             spans.append(f'<span class="p-{p}" data-part="{p}" title="{p} {_e(_s(value))}" '
                          f'style="width:{100 * value / whole:.2f}%"></span>')
+    # Said where it shows: a hundredth of the whole is the bar's own resolution.
     over = parts.get(last)
     note = (f" (the parts add up to {_e(_s(-over))} more than the client waited)"
-            if over is not None and over < 0 else "")
+            if over is not None and over < -0.01 * whole else "")
     return (f'<p class="sub">{what} {_e(_s(total))} mean{note}</p><div class="budget" '
             f'data-bar="{order.__name__}">{"".join(spans)}</div>'
             f'<p class="legend">{"".join(legend)}</p>')

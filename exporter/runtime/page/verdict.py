@@ -87,10 +87,11 @@ def verdict_html(doc: dict[str, Any] | None) -> str:
             + "</li>"
             for s in cleared
         ) + "</ul>")
-    unknown = [str(s.get("step")) for s in doc.get("steps") or []
-               if s.get("result") == StepResult.NO_DATA]
-    if unknown:
-        parts.append(f"<p>No data for: {_e(', '.join(unknown))}</p>")
+    for result, what in ((StepResult.NO_DATA, "No data for"),
+                         (StepResult.NOT_CONFIGURED, "Not configured")):
+        steps = [str(s.get("step")) for s in doc.get("steps") or [] if s.get("result") == result]
+        if steps:
+            parts.append(f"<p>{what}: {_e(', '.join(steps))}</p>")
     parts.append(budget.html(doc.get("budget") or []))
     return "".join(parts)
 

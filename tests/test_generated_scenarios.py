@@ -26,9 +26,8 @@ from tests.support.lab.runner import LabRun, misses
 from tests.support.lab.scenario import Scenario, load_scenario
 
 #: The CI sample: (seed, how many to generate, which of them to run): a healthy run (a
-#: loss on mobile under its line), application/long_prompts beside packet loss on mobile,
-#: engine/queueing (the slots drawn few against the load), and a throttled GPU beside
-#: unicom's RTT floor.
+#: loss on mobile under its line), network/packet_loss on unicom before the probes' own
+#: client_timeouts, packet loss on mobile, and engine/slow_prefill before telecom's stalls.
 SAMPLE_SEED, SAMPLE_N = 1, 12
 SAMPLE = (0, 3, 6, 11)
 

@@ -465,6 +465,8 @@ def probe_symptoms(lab: Lab, eng: dict[str, Range]) -> list[Sick]:
             else False
         late = either(over(total, timeouts.total), over(ttft, timeouts.first_token))
         if need(late) is True:
+            # Every answer is cut before its end: no stream is timed to its last token.
+            found.discard("tpot")
             found.add("failures")
             kind = "timeout"
         elif need(fails_429):
@@ -729,16 +731,17 @@ def concurrency(lab: Lab, eng: dict[str, Range], found: list[Found], first: bool
 
 
 def application(sick: list[Sick], slow: bool) -> list[Found]:
-    """A cause upstream of the probes is one verdict, with every probe it fails as its
-    evidence (docs/diagnosis.md): it is felt as much as all of them together."""
+    """429s are a cause upstream of the probes: one verdict, with every probe it fails as
+    its evidence (docs/diagnosis.md), felt as much as all of them together. A probe's own
+    timeout is that probe's: one verdict each (one expectation, scope unchecked), each felt
+    by its probe alone."""
+    limited = [s for s in sick if s.failure_kind == "rate_limited"]
+    timed_out = [s for s in sick if s.failure_kind == "timeout" and "failures" in s.open
+                 and not slow]
     out = []
-    for cause, kind, riders in (
-            ("rate_limited", "rate_limited",
-             [s for s in sick if s.failure_kind == "rate_limited"]),
-            ("client_timeouts", "timeout",
-             [s for s in sick if s.failure_kind == "timeout" and "failures" in s.open
-              and not slow])):
-        if riders:
+    for cause, kind, groups in (("rate_limited", "rate_limited", [limited] if limited else []),
+                                ("client_timeouts", "timeout", [[s] for s in timed_out])):
+        for riders in groups:
             f = Found("application", cause, {}, frozenset(("failures",)), frozenset((kind,)),
                       riders)
             f.claim()

@@ -25,9 +25,10 @@ from tests.support.lab.generate import generate, lab_of, write
 from tests.support.lab.runner import LabRun, misses
 from tests.support.lab.scenario import Scenario, load_scenario
 
-#: The CI sample: (seed, how many to generate, which of them to run): a healthy run (a
-#: loss on mobile under its line), network/packet_loss on unicom before the probes' own
-#: client_timeouts, packet loss on mobile, and engine/slow_prefill before telecom's stalls.
+#: The CI sample: (seed, how many to generate, which of them to run): a healthy run
+#: (speculative decoding whose acceptance falls short of mattering), a throttled GPU beside
+#: mobile's RTT floor, network/stream_stalls on telecom, and the 429s before telecom's
+#: packet loss.
 SAMPLE_SEED, SAMPLE_N = 1, 12
 SAMPLE = (0, 3, 6, 11)
 

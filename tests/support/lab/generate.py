@@ -206,6 +206,25 @@ def gpu_state(rng: random.Random, spec: Spec, th: Thresholds) -> None:
         rng.choice((eng_decode, eng_first_token))(rng, spec)
 
 
+def gpu_idle(rng: random.Random, spec: Spec, th: Thresholds) -> None:
+    """A GPU busy well under the underutilized line under an engine that is slow (its
+    first token or its steps): the bottleneck is off the GPU."""
+    _nested(spec, "gpu")["utilization"] = _round(rng.uniform(0.05, th.gpu_underutilized - 0.05), 2)
+    rng.choice((eng_decode, eng_first_token))(rng, spec)
+
+
+def gpu_bandwidth(rng: random.Random, spec: Spec, th: Thresholds) -> None:
+    """DRAM bandwidth over its line under an engine whose decode steps are slow (40-80
+    ms, short of queueing the lab's load), against a TPOT SLO of a bucket bound at most half
+    a step and a first-token SLO the slower steps leave met (2 s)."""
+    _nested(spec, "gpu")["dram_bw"] = _round(rng.uniform(th.dram_bandwidth + 0.03, 1.0), 2)
+    step = _round(rng.uniform(0.04, 0.08), 4)
+    _nested(spec, "simulator", "config")["decode_step"] = step
+    tpot = [b for b in metrics.PROBE_TPOT.buckets or () if 0.02 <= b <= step / 2]
+    _nested(spec, "exporter", "slo").update(ttft_p95_seconds=2.0,
+                                            tpot_p95_seconds=rng.choice(tpot))
+
+
 #: XIDs the driver reports for real faults (graphics engine exception, MMU fault, double-bit
 #: ECC error, row remapping, fallen off the bus, contained / uncontained ECC errors).
 XID_CODES = (13, 31, 48, 63, 64, 79, 94, 95)
@@ -330,7 +349,8 @@ NETWORK: dict[str, Callable[..., None]] = {
     "route": net_route}
 OTHER: dict[str, Callable[..., None]] = {
     "decode": eng_decode, "first_token": eng_first_token, "prefill": eng_prefill,
-    "capacity": eng_capacity, "kv": eng_kv, "imbalance": eng_imbalance, "down": eng_down, "gpu": gpu_state, "xid": gpu_xid,
+    "capacity": eng_capacity, "kv": eng_kv, "imbalance": eng_imbalance, "down": eng_down,
+    "gpu": gpu_state, "gpu_idle": gpu_idle, "gpu_bandwidth": gpu_bandwidth, "xid": gpu_xid,
     "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load,
     "long_prompts": app_long_prompts, "frontend": eng_frontend, "concurrency": app_concurrency,
     "kv_transfer": eng_kv_transfer, "prefix": eng_prefix, "spec": eng_spec}
@@ -403,7 +423,7 @@ def _turn(rng: random.Random, spec: Spec, kind: str, carrier: str, th: Threshold
         args = (rng, spec, carrier, th) if kind == "route" else (rng, spec, carrier)
         NETWORK[kind](*args)
     else:
-        OTHER[kind](rng, spec, th) if kind == "gpu" else OTHER[kind](rng, spec)
+        OTHER[kind](rng, spec, th) if kind.startswith("gpu") else OTHER[kind](rng, spec)
 
 
 def draw(rng: random.Random, intent: str, seed: int) -> Scenario:

@@ -107,6 +107,42 @@ def test_an_xid_is_a_verdict_with_or_without_a_symptom() -> None:
         _scenario(gpu={"xids": [[1, 79]]})
 
 
+def test_a_budget_part_over_its_own_line_is_a_verdict_whether_or_not_a_probe_is_slow() -> None:
+    # Drafts accepted 20% of the time after 80%, on 20 ms steps: every probe's TPOT is far
+    # under a 300 ms SLO, yet the acceptance is over its alert's line; where it stays, none.
+    flags = {"speculative_tokens": 3, "decode_step_ms": 20}
+    slo = {"slo": {"ttft_p95_seconds": 1.0, "tpot_p95_seconds": 0.3},
+           "diagnosis": {"min_baseline": "20s"}}
+    for after, want in ((0.2, [("engine", "spec_decode")]), (0.8, [])):
+        assert _expected(baseline="40s", exporter=slo,
+                         baseline_simulator={"config": {"spec_acceptance": 0.8}},
+                         simulator={"flags": flags, "config": {"spec_acceptance": after}}
+                         ) == want
+    # A 1500-token system prompt that stops hitting the cache, at 6000 prompt tokens/s and
+    # 1 req/s: prefill grows 5x well inside a 2 s SLO, and the miss is the verdict.
+    load = {"rate": 1, "prompt_tokens": 128, "system_prompt_tokens": 1500}
+    miss = {"baseline": "40s", "simulator": {"flags": {"prefill_tps": 6000}},
+            "baseline_load": {**load, "system_prompt": "shared"},
+            "load": {**load, "system_prompt": "unique"},
+            "exporter": {"slo": {"ttft_p95_seconds": 2.0},
+                         "diagnosis": {"min_baseline": "20s"}}}
+    assert _expected(**miss) == [("engine", "prefix_cache_miss")]
+    # At 2000 tokens/s the same prompts keep the engine busy most of the time: its queue
+    # (and its cache) would speak too, which the model does not decide.
+    with pytest.raises(Ambiguous):
+        _expected(**{**miss, "simulator": {"flags": {"prefill_tps": 2000}}})
+
+
+def test_loss_only_the_peak_has_is_peak_congestion() -> None:
+    lossy = {"baseline": "40s", "paths": {"unicom": {"loss": 0.08}},
+             "exporter": {"diagnosis": {"min_baseline": "20s"}}}
+    assert _expected(**lossy) == [("network", "packet_loss")]
+    assert _expected(**lossy, peak=True) == [("network", "peak_congestion")]
+    # Anything beside it drifts against the off-peak phase too: not decided.
+    with pytest.raises(Ambiguous):
+        _expected(**lossy, peak=True, load={"rate": 4})
+
+
 #: Many users' 3900-token prompts over six slots, against a 300 ms TTFT SLO: the queue is
 #: certain, and at the default 20000 tokens/s such a prompt alone takes ~200 ms, over half
 #: the SLO.

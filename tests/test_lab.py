@@ -27,8 +27,9 @@ from exporter import metrics
 from exporter.checks.path import icmp
 from exporter.config.load import parse_config
 from exporter.probing import tcpinfo
+from exporter.runtime.peak import active_windows
 from tests.support.lab import SCENARIOS
-from tests.support.lab.runner import LabRun, accounting, exporter_config, match
+from tests.support.lab.runner import LabRun, accounting, exporter_config, match, peak_start
 from tests.support.lab.scenario import (
     CARRIERS,
     DEFAULT_HOPS,
@@ -445,6 +446,25 @@ def test_scenario_files_load_cover_the_issue_and_fit_ci() -> None:
     for name, s in scenarios.items():
         config = parse_config(yaml.safe_dump(exporter_config(s, targets, now)))
         assert {p.carrier for p in config.probes} == {None, *CARRIERS}, name
+        assert not any(active_windows(config.peak_windows, (now + dt.timedelta(minutes=3)
+                                                             ).timestamp()).values()), name
+
+
+def test_a_peak_scenario_is_off_peak_until_the_minute_after_its_baseline() -> None:
+    s = Scenario.model_validate({"description": "x", "baseline": "40s", "settle": "70s",
+                                 "peak": True, "expect": []})
+    now = dt.datetime(2026, 1, 1, 12, 0, 25, tzinfo=dt.UTC)
+    at = peak_start(now, s)
+    assert at == dt.datetime(2026, 1, 1, 12, 2, tzinfo=dt.UTC)  # 12:01:15 and the lead
+    import yaml
+
+    config = parse_config(yaml.safe_dump(exporter_config(s, {c: "198.18.10.1" for c in CARRIERS},
+                                                         now, at)))
+    def peak(t: dt.datetime) -> bool:
+        return any(active_windows(config.peak_windows, t.timestamp()).values())
+
+    assert not peak(at - dt.timedelta(seconds=1))
+    assert peak(at) and peak(at + dt.timedelta(seconds=s.settle))
 
 
 @pytest.mark.parametrize(("text", "error"), [
@@ -458,6 +478,7 @@ def test_scenario_files_load_cover_the_issue_and_fit_ci() -> None:
     ("description: x\nsettle: 1s\nexpect: [{layer: network, cause: slow}]\n",
      "expect[0] (line 3): unknown cause 'slow'"),
     ("- a\n", "a scenario is a mapping"),
+    ("description: x\nsettle: 1s\npeak: true\nexpect: []\n", "peak needs a baseline"),
     ("description: x\nsettle: 1s\nengine: {kind: vllm}\nsimulator: {faults: {stall: 1}}\n"
      "expect: []\n", "simulator (line 4): faults: simulator-only"),
     ("description: x\nsettle: 1s\nengine: {kind: vllm}\nsimulator: {config: {max_num_seqs: 2}}\n"

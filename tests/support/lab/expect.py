@@ -35,7 +35,16 @@ from exporter.simulator.faults import Faults
 from exporter.simulator.openai import chat_prompt
 from exporter.simulator.tokens import count_tokens
 from tests.support.lab.runner import BASELINE_LOAD
-from tests.support.lab.scenario import CARRIERS, DEFAULT_DELAY, DEFAULT_HOPS, Gpu, Load, Scenario
+from tests.support.lab.scenario import (
+    CARRIERS,
+    DEFAULT_DELAY,
+    DEFAULT_HOPS,
+    CarrierPath,
+    Gpu,
+    Load,
+    Scenario,
+    Simulator,
+)
 
 MARGIN = 1.3
 CERTAIN = 0.98
@@ -556,9 +565,13 @@ def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
             out.append(f)
 
         streamed = (p.stream_loss / STREAM_SPREAD, p.stream_loss * STREAM_SPREAD)
-        if need(drawn(n_lo, n_hi, p.loss, p.loss, th.loss_ratio) if p.loss else False):
+        # In a peak window over a clean off-peak phase, a loss over peak_min_loss is the
+        # peak's congestion (it replaces packet_loss; its off-peak is 0).
+        peak = lab.scenario.peak
+        if need(drawn(n_lo, n_hi, p.loss, p.loss, th.peak_min_loss if peak else th.loss_ratio)
+                if p.loss else False):
             # The probe's stream loss, if any, joins this finding (docs/diagnosis.md).
-            add("packet_loss", ALL, own=True)
+            add("peak_congestion" if peak else "packet_loss", ALL, own=True)
         elif p.stream_loss and need(over(streamed, th.loss_ratio)):
             # Over LLMProbeStreamPacketLoss's line with ICMP clean: a finding of its own,
             # scoped to the carrier's probe, whether or not it feels it.
@@ -763,10 +776,22 @@ def ordered(found: list[Found]) -> list[Found]:
     return out
 
 
+def peak_alone(s: Scenario) -> bool:
+    """A peak scenario the model decides: paths' loss and nothing else turned, the same load
+    in both phases (every drift rule compares the peak with the off-peak phase, which the
+    model does not follow but for a path's loss)."""
+    clean = CarrierPath().model_dump(exclude={"loss"})
+    return (all(p.model_dump(exclude={"loss"}) == clean for p in s.paths.values())
+            and s.simulator == Simulator() and s.baseline_simulator is None and s.gpu == Gpu()
+            and not s.probes.timeouts and (s.baseline_load or BASELINE_LOAD) == s.load)
+
+
 def expected(lab: Lab) -> list[dict[str, object]]:
     """The verdicts the chain should give, primary first; [] for healthy. Raises Ambiguous
     (or Unexplained) when the knobs do not decide it with the margins above."""
     name = lab.config.engines[0].name
+    if lab.scenario.peak and not peak_alone(lab.scenario):
+        raise Ambiguous
     # The first token's budget beyond queue and prefill, decided alone (budget.py builds
     # on this module's bounds, hence imported here).
     from tests.support.lab import budget

@@ -110,18 +110,38 @@ def quiet(lab: Lab) -> bool:
 
 
 # --- knobs: each sets one fault on a spec, drawn from its range -----------------------------
+#: SLOs on bucket bounds of the probe histograms (an SLO between two bounds would be judged
+#: on an interpolated quantile).
+_TTFT_SLOS = [b for b in metrics.PROBE_TTFT.buckets or () if 0.1 <= b <= 2.0]
+_TPOT_SLOS = [b for b in metrics.PROBE_TPOT.buckets or () if 0.03 <= b <= 0.3]
+
+
 def net_delay(rng: random.Random, spec: Spec, carrier: str) -> None:
     d = rng.uniform(0.02, 0.3)
     _nested(spec, "paths", carrier).update(delay=_dur(d), jitter=_dur(rng.uniform(0, d / 8)))
 
 
 def net_jitter(rng: random.Random, spec: Spec, carrier: str) -> None:
-    d = rng.uniform(0.03, 0.3)
-    _nested(spec, "paths", carrier).update(delay=_dur(d), jitter=_dur(rng.uniform(0, d)))
+    """Jitter over its line on a short path, under SLOs loose enough that the model can
+    bound what the probe feels (a jitter of j stretches a TPOT by up to 2j, a first token by
+    up to 2(delay + j): tight SLOs leave every draw undecided)."""
+    j = rng.uniform(0.06, 0.1)
+    _nested(spec, "paths", carrier).update(delay=_dur(rng.uniform(j, j + 0.05)), jitter=_dur(j))
+    _nested(spec, "exporter", "slo").update(
+        ttft_p95_seconds=rng.choice([b for b in _TTFT_SLOS if b >= 1.0]),
+        tpot_p95_seconds=max(_TPOT_SLOS))
 
 
 def net_loss(rng: random.Random, spec: Spec, carrier: str) -> None:
     _nested(spec, "paths", carrier).update(loss=_round(rng.uniform(0, 0.15)))
+
+
+def net_peak(rng: random.Random, spec: Spec, carrier: str) -> None:
+    """Loss of 0-15 % on one carrier that only the evening peak has: a clean off-peak
+    baseline phase, then the peak window opens with the loss."""
+    _with_baseline(spec)
+    spec["peak"] = True
+    net_loss(rng, spec, carrier)
 
 
 def net_stall(rng: random.Random, spec: Spec, carrier: str) -> None:
@@ -136,7 +156,8 @@ def net_route(rng: random.Random, spec: Spec, carrier: str, th: Thresholds) -> N
 
 
 def eng_decode(rng: random.Random, spec: Spec) -> None:
-    _nested(spec, "simulator", "config")["decode_step"] = _round(rng.uniform(0.005, 0.3), 4)
+    # Steps past 0.1 s take the lab's load over capacity, where the queue is undecided.
+    _nested(spec, "simulator", "config")["decode_step"] = _round(rng.uniform(0.005, 0.1), 4)
 
 
 def short_prompts(rng: random.Random, spec: Spec) -> None:
@@ -346,7 +367,10 @@ def app_load(rng: random.Random, spec: Spec) -> None:
 
 NETWORK: dict[str, Callable[..., None]] = {
     "delay": net_delay, "jitter": net_jitter, "loss": net_loss, "stall": net_stall,
-    "route": net_route}
+    "route": net_route, "peak": net_peak}
+#: Which network knobs may pair with another in a double (the peak compares the whole run
+#: with its off-peak phase, so the model decides it alone).
+NET_PAIRS = tuple(k for k in NETWORK if k != "peak")
 OTHER: dict[str, Callable[..., None]] = {
     "decode": eng_decode, "first_token": eng_first_token, "prefill": eng_prefill,
     "capacity": eng_capacity, "kv": eng_kv, "imbalance": eng_imbalance, "down": eng_down,
@@ -358,6 +382,7 @@ OTHER: dict[str, Callable[..., None]] = {
 #: every probe, whatever the path; a preempting KV cache leaves the probes' TPOT
 #: unbounded, and two data-parallel ranks are modelled only for their imbalance, so the
 #: model decides those alone).
+KINDS = (*NETWORK, *OTHER)
 PAIRS = tuple(k for k in OTHER if k not in ("down", "kv", "imbalance", "frontend",
                                              "kv_transfer", "prefix", "spec", "concurrency"))
 
@@ -367,10 +392,8 @@ def _slos(rng: random.Random, spec: Spec) -> None:
     (an SLO between two bounds would be judged on an interpolated quantile)."""
     if rng.random() < 0.3:
         return
-    ttft = [b for b in metrics.PROBE_TTFT.buckets or () if 0.1 <= b <= 2.0]
-    tpot = [b for b in metrics.PROBE_TPOT.buckets or () if 0.03 <= b <= 0.3]
-    _nested(spec, "exporter", "slo").update(ttft_p95_seconds=rng.choice(ttft),
-                                            tpot_p95_seconds=rng.choice(tpot))
+    _nested(spec, "exporter", "slo").update(ttft_p95_seconds=rng.choice(_TTFT_SLOS),
+                                            tpot_p95_seconds=rng.choice(_TPOT_SLOS))
     if rng.random() < 0.3:
         _nested(spec, "exporter", "diagnosis")["window"] = "60s"
 
@@ -403,15 +426,16 @@ def _build(spec: Spec, description: str) -> Scenario:
     return Scenario.model_validate(data)
 
 
-def _plan(rng: random.Random, intent: str) -> list[tuple[str, str]]:
-    """The knobs one scenario turns: (knob, carrier or "")."""
+def _plan(rng: random.Random, intent: str, kind: str | None = None) -> list[tuple[str, str]]:
+    """The knobs one scenario turns: (knob, carrier or ""); a single turns ``kind`` where
+    given."""
     def net(kinds: tuple[str, ...] = tuple(NETWORK)) -> tuple[str, str]:
         return rng.choice(kinds), rng.choice(CARRIERS)
 
     if intent == "double":
-        return [net(), (rng.choice(PAIRS), "")]
+        return [net(NET_PAIRS), (rng.choice(PAIRS), "")]
     if intent == "single" or rng.random() < 0.5:
-        kind = rng.choice([*NETWORK, *OTHER])
+        kind = kind or rng.choice(KINDS)
         return [net((kind,))] if kind in NETWORK else [(kind, "")]
     # Healthy: up to three carriers' knobs turned below their lines.
     return [(rng.choice(("delay", "jitter", "loss", "stall")), c)
@@ -426,14 +450,14 @@ def _turn(rng: random.Random, spec: Spec, kind: str, carrier: str, th: Threshold
         OTHER[kind](rng, spec, th) if kind.startswith("gpu") else OTHER[kind](rng, spec)
 
 
-def draw(rng: random.Random, intent: str, seed: int) -> Scenario:
+def draw(rng: random.Random, intent: str, seed: int, kind: str | None = None) -> Scenario:
     """One scenario of ``intent`` ("healthy", "single" or "double"). The knobs are chosen
     first and their values drawn again until decided, so a knob that is seldom decided is
-    not crowded out by one that always is."""
+    not crowded out by one that always is; a single tries ``kind`` first where given."""
     default_th = lab_of(_build({}, "")).th
     want = {"healthy": 0, "single": 1, "double": 2}[intent]
-    for _ in range(TRIES // PER_PLAN):
-        plan = _plan(rng, intent)
+    for attempt in range(TRIES // PER_PLAN):
+        plan = _plan(rng, intent, kind if attempt == 0 else None)
         for _ in range(PER_PLAN):
             spec: Spec = {"seed": seed}
             _slos(rng, spec)
@@ -454,10 +478,19 @@ def draw(rng: random.Random, intent: str, seed: int) -> Scenario:
 
 
 def generate(seed: int, n: int) -> list[Scenario]:
-    """``n`` scenarios: a quarter healthy, the rest single and double faults."""
+    """``n`` scenarios: a quarter healthy, the rest single and double faults. The singles
+    take every knob in turn (a shuffled round, then another), so each class is drawn
+    once per round of singles rather than by luck."""
     rng = random.Random(seed)
     intents = ["healthy", "single", "single", "double"]
-    return [draw(rng, intents[i % len(intents)], seed * 1000 + i) for i in range(n)]
+    out: list[Scenario] = []
+    turn: list[str] = []
+    for i in range(n):
+        intent = intents[i % len(intents)]
+        if intent == "single" and not turn:
+            turn = rng.sample(KINDS, len(KINDS))
+        out.append(draw(rng, intent, seed * 1000 + i, turn.pop() if intent == "single" else None))
+    return out
 
 
 DURATIONS = {"baseline", "settle", "delay", "jitter", "stall", "connect", "first_token",

@@ -64,6 +64,8 @@ BASELINE_LOAD = Load(rate=2, prompt_tokens=256, max_tokens=32)
 DIAGNOSIS = {"window": "30s", "interval": "2s", "history": "10m", "min_requests": 3}
 SLO = {"ttft_p95_seconds": 1.0, "tpot_p95_seconds": 0.1}
 DIAGNOSIS_PATH = "/api/v1/diagnosis"
+#: Seconds a peak scenario allows its watchers to start before the baseline counts.
+PEAK_LEAD = 10
 #: The probes' timeouts unless a scenario's ``probes.timeouts`` changes them.
 PROBE_TIMEOUTS: dict[str, str | float] = {"connect": "2s", "first_token": "10s", "total": "20s"}
 #: The engine's name in the exporter config (the verdicts' ``engine`` scope) and the model
@@ -76,15 +78,16 @@ class LabError(Exception):
     """The lab could not run the scenario (not a verdict mismatch); one line."""
 
 
-def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetime
-                    ) -> dict[str, Any]:
+def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetime,
+                    peak_at: dt.datetime | None = None) -> dict[str, Any]:
     """The exporter config for a scenario: three carriers with a tagged probe and an ICMP
     path each, one untagged probe on the direct link, the engine check and the GPU check."""
-    # A peak window twelve hours away: the run is off-peak from start to end, whatever the
-    # time of day, so no verdict depends on when CI happens to run.
-    far = now.astimezone(dt.UTC) + dt.timedelta(hours=12)
-    window = {"start": far.strftime("%H:%M"),
-              "end": (far + dt.timedelta(minutes=30)).strftime("%H:%M")}
+    # A peak window that opens at ``peak_at`` (a whole minute), or twelve hours away: the run
+    # is off-peak from start to end, whatever the time of day, so no verdict depends on when
+    # CI happens to run.
+    start = (peak_at or now + dt.timedelta(hours=12)).astimezone(dt.UTC)
+    window = {"start": start.strftime("%H:%M"),
+              "end": (start + dt.timedelta(minutes=30)).strftime("%H:%M")}
     timeouts: dict[str, str | float] = {
         **PROBE_TIMEOUTS, **{k: format_duration(v) for k, v in scenario.probes.timeouts.items()}}
     interval = scenario.probes.interval
@@ -117,6 +120,13 @@ def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetim
     }
 
 
+def peak_start(now: dt.datetime, scenario: Scenario) -> dt.datetime:
+    """When a peak scenario's window opens: the first whole minute at least its baseline
+    after ``now``, with time for the exporter, Prometheus and the load to start."""
+    at = now + dt.timedelta(seconds=scenario.baseline + PEAK_LEAD)
+    return at.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+
+
 def engine_total(text: str, family: metrics.Family, suffix: str = "") -> float:
     """The sum over the series of one normalized family in a vLLM exposition (the
     simulator's too: it renders vLLM's names), read under the name vLLM serves it as."""
@@ -146,6 +156,8 @@ class LabRun(NetRun):
         #: What starts afresh for each scenario: the exporter, Prometheus, the load.
         self.watchers: list[subprocess.Popen[bytes]] = []
         self.runs = 1
+        #: When a peak scenario's window opens (start_watchers sets it).
+        self.peak_at: dt.datetime | None = None
 
     @property
     def gpu_file(self) -> Path:
@@ -251,7 +263,9 @@ class LabRun(NetRun):
         """The exporter (with its config and the GPU state), Prometheus and the load."""
         s = self.scenario
         targets = {c: self.net.carriers[c].target for c in CARRIERS}
-        config = exporter_config(s, targets, dt.datetime.now(dt.UTC))
+        now = dt.datetime.now(dt.UTC)
+        self.peak_at = peak_start(now, s) if s.peak else None
+        config = exporter_config(s, targets, now, self.peak_at)
         self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         self.write_gpu(s.gpu.calm() if s.baseline == 0 else Gpu(count=s.gpu.count))
         exporter = self.spawn(self.net.client, "exporter", [
@@ -282,7 +296,7 @@ class LabRun(NetRun):
                 self.sim_post("/admin/config", base.config)
         phases = []
         if s.baseline > 0:
-            phases.append((s.baseline, s.baseline_load or BASELINE_LOAD))
+            phases.append((self.baseline_left(), s.baseline_load or BASELINE_LOAD))
         phases.append((s.settle + 30, s.load))  # outlasts the read, never the run
         self.watchers.append(self.spawn(self.net.site, "load", [
             sys.executable, "-m", "tests.support.lab.load",
@@ -345,6 +359,12 @@ class LabRun(NetRun):
         if s.simulator.down and self.sim is not None:
             self.net.lab.stop(self.sim)
 
+    def baseline_left(self) -> float:
+        """Seconds of the baseline phase from now: ``baseline``, or until the peak opens."""
+        if self.peak_at is None:
+            return self.scenario.baseline
+        return max(0.0, (self.peak_at - dt.datetime.now(dt.UTC)).total_seconds())
+
     def window(self) -> float:
         """The diagnosis window of the generated config, seconds."""
         return parse_duration({**DIAGNOSIS, **self.scenario.exporter.get("diagnosis", {})
@@ -405,8 +425,8 @@ class LabRun(NetRun):
         the diagnosis JSON and why it misses ``expect``."""
         s = self.scenario
         expect = [e.model_dump() for e in s.expect]
-        progress(f"lab up; baseline {s.baseline:g}s")
-        time.sleep(s.baseline)
+        progress(f"lab up; baseline {self.baseline_left():.0f}s")
+        time.sleep(self.baseline_left())
         self.apply()
         progress(f"scenario applied; settling {s.settle:g}s")
         if s.gpu.xids:

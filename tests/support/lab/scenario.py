@@ -277,6 +277,10 @@ class Scenario(StrictModel):
     baseline_load: Load | None = None
     baseline_simulator: Simulator | None = None
     paths: dict[Literal["mobile", "unicom", "telecom"], CarrierPath] = Field(default_factory=dict)
+    #: The scenario's phase is in a peak window (``peak_windows``) that opens on the first
+    #: whole minute at least ``baseline`` after the lab is up; the baseline phase is off-peak
+    #: and lasts until then (up to a minute longer than ``baseline``).
+    peak: bool = False
     gpu: Gpu = Gpu()
     probes: Probes = Probes()
     #: Merged into the generated exporter config (slo:, diagnosis:, alerting:).
@@ -327,6 +331,8 @@ class Scenario(StrictModel):
             raise ValueError("baseline + settle over 3 minutes: the lab keeps scenarios short")
         if not self.sources:
             raise ValueError("sources: at least one of exporter, prometheus")
+        if self.peak and self.baseline <= 0:
+            raise ValueError("peak needs a baseline: the off-peak phase the peak is compared with")
         return self
 
     def path(self, carrier: str) -> CarrierPath:

@@ -25,6 +25,7 @@ import pytest
 
 from exporter.report.model import Report
 from exporter.report.routes import timeline
+from exporter.report.tables import segments
 from tests.support.browser import BrowserSession
 from tests.support.e2e_exporter import loopback_clients, loopback_config
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
@@ -222,6 +223,10 @@ def test_means_by_part_match_promql_and_add_up_to_the_first_token(
         # The engine times each probe request's first token in three parts that sum to it.
         parts = sum(means[p][cls] for p in ("network_frontend", "queue", "prefill"))
         assert parts == pytest.approx(means["ttft"][cls], rel=0.05), (cls, means)
+        # The budget plot's segments are those parts, the kernel RTT split off the first.
+        seg = segments(means, cls)
+        assert seg is not None and sum(seg) == pytest.approx(parts)
+        assert seg[0] == pytest.approx(min(means["network"][cls], means["network_frontend"][cls]))
     md = (report_lab["out"] / "report.md").read_text()
     assert "| TTFT: prefill | mean |" in md
 
@@ -286,7 +291,7 @@ def test_html_opens_offline_with_every_plot_and_the_json_numbers(report_lab: dic
     assert not tab.problems, tab.problems
     assert all(u.startswith(("file:", "data:")) for u in requested), requested
     plots = {p for p, *_ in images}
-    assert {"carrier-0", "timeline", "outcomes", "queue", "goodput", "bench"} <= plots
+    assert {"budget", "carrier-0", "timeline", "outcomes", "queue", "goodput", "bench"} <= plots
     broken = [i for i in images if not (i[1] and i[2] > 0 and i[3] > 50)]
     assert not broken, broken
     assert len(cells) > 50

@@ -79,6 +79,46 @@ def carrier(r: Report, i: int) -> str:
         return _uri(fig)
 
 
+#: The first token's segments of the carriers' budget plot, from report.json's means:
+#: (label, its mean or how it is derived from them).
+BUDGET = ("network (probes' kernel RTT)", "API server and the rest of the way",
+          "engine queue", "prefill")
+
+
+def budget(r: Report) -> str:
+    """One stacked bar per carrier and class: the first token's segments (means, which add
+    up), a tick at the probes' mean TTFT and their mean TPOT written beside it."""
+    rows = [(f"{fmt.scope(c.vantage, c.carrier)} · {fmt.class_name(cls, r.peak_windows)}",
+             parts, c.means.get("ttft", {}).get(cls), c.means.get("tpot", {}).get(cls))
+            for c in r.carriers for cls in r.classes
+            if (parts := tables.segments(c.means, cls)) is not None]
+    mult, unit = _scale("s")
+    with _style():
+        fig, ax = plt.subplots(figsize=(8, 0.8 + 0.4 * max(len(rows), 1)))
+        for y, (_, parts, ttft, tpot) in enumerate(rows):
+            left = 0.0
+            for j, v in enumerate(parts):
+                ax.barh(y, v * mult, left=left, height=0.6, color=COLORS[j % len(COLORS)],
+                        label=BUDGET[j] if y == 0 else None)
+                left += v * mult
+            end = left
+            if ttft is not None:
+                ax.plot([ttft * mult] * 2, [y - 0.35, y + 0.35], color="black", lw=1.5,
+                        label="probes' mean TTFT" if y == 0 else None)
+                end = max(end, ttft * mult)
+            if tpot is not None:
+                ax.text(end, y, f"  TPOT {fmt.value(tpot, 's')}", va="center", fontsize=7)
+        ax.set_yticks(range(len(rows)), [name for name, *_ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel(f"first token, mean ({unit})")
+        ax.set_xlim(left=0)
+        ax.margins(x=0.15)
+        ax.legend(fontsize=7, frameon=False, loc="upper center", ncol=3,
+                  bbox_to_anchor=(0.5, -0.2 - 0.45 / max(len(rows), 1)))
+        ax.set_title("where the first token's time goes, per carrier and class")
+        return _uri(fig)
+
+
 def _shade(ax: Axes, r: Report) -> None:
     for span in r.spans:
         if span.cls != DAYTIME:
@@ -184,6 +224,7 @@ def plots(r: Report) -> dict[str, str]:
     """Every plot the sections name, as data: URIs by key."""
     out: dict[str, str] = {f"carrier-{i}": carrier(r, i) for i in range(len(r.carriers))}
     makers: dict[str, tuple[bool, Callable[[Report], str]]] = {
+        "budget": (tables.has_budget(r), budget),
         "timeline": (bool(r.routes or r.verdicts), timeline),
         "outcomes": (bool(r.outcomes), outcomes),
         "queue": (bool(r.queue), queue),

@@ -74,6 +74,22 @@ def _metric_header(first: str, r: Report) -> list[str]:
             *(f"Δ {c} - daytime" for c in peaks)]
 
 
+def segments(means: dict[str, dict[str, float | None]], cls: str) -> list[float] | None:
+    """A class's first token as the budget's segments, which add up to the TTFT of the
+    requests the engine timed: the probes' kernel RTT (at most the part outside the
+    engine), the rest of that part, queue and prefill; None where the engine timed none."""
+    outside, queue, prefill = (means.get(k, {}).get(cls) for k in
+                               ("network_frontend", "queue", "prefill"))
+    if outside is None or queue is None or prefill is None:
+        return None
+    rtt = min(means.get("network", {}).get(cls) or 0.0, outside)
+    return [rtt, outside - rtt, queue, prefill]
+
+
+def has_budget(r: Report) -> bool:
+    return any(segments(c.means, cls) is not None for c in r.carriers for cls in r.classes)
+
+
 def carriers(r: Report) -> Section:
     s = Section("carriers", "Per carrier: daytime and peak",
                 "P50/P95/P99 over each class of time: probe TTFT and TPOT (long-context "
@@ -83,8 +99,11 @@ def carriers(r: Report) -> Section:
                 "segments retransmitted over segments sent to the carrier's users; the probe "
                 "streams' are the kernel's counts on the probes' own connections "
                 "(retransmitted over sent, out of order over received), and their kernel RTT "
-                "the smoothed RTT of those connections.",
-                plots=[f"carrier-{i}" for i in range(len(r.carriers))])
+                "the smoothed RTT of those connections. The budget plot stacks the first "
+                "token's means, which add up: network and API server, queue and prefill "
+                "(the engine's timing of the probes' requests).",
+                plots=[*(["budget"] if has_budget(r) else []),
+                       *(f"carrier-{i}" for i in range(len(r.carriers)))])
     for i, c in enumerate(r.carriers):
         t = Table(f"carrier {fmt.scope(c.vantage, c.carrier)}", _metric_header("metric", r))
         for j, m in enumerate(c.metrics):

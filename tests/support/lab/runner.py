@@ -32,6 +32,7 @@ from exporter.config.load import load_config
 from exporter.config.values import format_duration, parse_duration
 from exporter.diagnosis.causes import BY_KEY
 from exporter.monitoring import findings, generate
+from tests.support.cgroups import CpuCap
 from tests.support.lab.base import NetRun
 from tests.support.lab.load import FILLER
 from tests.support.lab.scenario import (
@@ -158,6 +159,8 @@ class LabRun(NetRun):
         self.runs = 1
         #: When a peak scenario's window opens (start_watchers sets it).
         self.peak_at: dt.datetime | None = None
+        #: The API server's CPU cap while a scenario holds one.
+        self.cap: CpuCap | None = None
 
     @property
     def gpu_file(self) -> Path:
@@ -317,6 +320,7 @@ class LabRun(NetRun):
         for proc in self.watchers:
             self.net.lab.stop(proc)
         self.watchers.clear()
+        self.uncap()
         previous, self.scenario = self.scenario, scenario
         self.runs += 1
         self.workdir = self.workdir.parent / f"{self.workdir.name.split('.')[0]}.{self.runs}"
@@ -331,6 +335,17 @@ class LabRun(NetRun):
         else:
             self.wait(self.engine_idle, idle_timeout, "load")
         self.start_watchers()
+
+    def uncap(self) -> None:
+        if self.cap is not None:
+            self.cap.release()
+            self.cap = None
+
+    def close(self) -> None:
+        try:
+            super().close()  # stops the engine first, so no process is left in the cgroup
+        finally:
+            self.uncap()
 
     def engine_idle(self) -> bool:
         text = self.engine_metrics()
@@ -356,6 +371,8 @@ class LabRun(NetRun):
                 self.net.set_route(carrier, path.hops)
         if s.baseline > 0:
             self.write_gpu(s.gpu.calm())
+        if s.api_server_cpus is not None and self.sim is not None:
+            self.cap = CpuCap(self.sim.pid, s.api_server_cpus, f"{self.net.lab.tag}-api")
         if s.simulator.down and self.sim is not None:
             self.net.lab.stop(self.sim)
 

@@ -281,6 +281,10 @@ class Scenario(StrictModel):
     #: whole minute at least ``baseline`` after the lab is up; the baseline phase is off-peak
     #: and lasts until then (up to a minute longer than ``baseline``).
     peak: bool = False
+    #: The real vLLM's API server process (its HTTP server, chat template, tokenizer and
+    #: detokenizer) capped at this many CPUs by a cgroup's CPU quota when the scenario
+    #: applies; its engine core keeps its own.
+    api_server_cpus: Annotated[float, Field(gt=0, le=64)] | None = None
     gpu: Gpu = Gpu()
     probes: Probes = Probes()
     #: Merged into the generated exporter config (slo:, diagnosis:, alerting:).
@@ -331,6 +335,9 @@ class Scenario(StrictModel):
             raise ValueError("baseline + settle over 3 minutes: the lab keeps scenarios short")
         if not self.sources:
             raise ValueError("sources: at least one of exporter, prometheus")
+        if self.api_server_cpus is not None and self.engine.kind != "vllm":
+            raise ValueError("api_server_cpus caps the real vLLM's API server (engine.kind "
+                             "vllm); the simulator's is simulator.faults.frontend_delay")
         if self.peak and self.baseline <= 0:
             raise ValueError("peak needs a baseline: the off-peak phase the peak is compared with")
         return self

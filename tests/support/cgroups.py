@@ -1,0 +1,57 @@
+"""A CPU cap on one process by the kernel's own CFS quota, in a cgroup the tests create and
+remove: cgroup v2's ``cpu.max`` where the unified hierarchy has the cpu controller, else the
+v1 ``cpu`` hierarchy's ``cpu.cfs_quota_us`` (this machine mounts v1 controllers; production
+hosts are mostly pure v2). Only the process named moves: its threads go with it, children it
+already started stay where they are (vLLM's engine core keeps its CPUs while its API server
+is starved)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+#: CFS period, microseconds (the kernel's default).
+PERIOD_US = 100_000
+
+
+def _hierarchy() -> tuple[Path, bool]:
+    """The cpu hierarchy's root and whether it is cgroup v2."""
+    controllers = ROOT / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split():
+        return ROOT, True
+    v1 = ROOT / "cpu"
+    if (v1 / "cpu.cfs_quota_us").exists():
+        return v1, False
+    raise OSError(f"no cpu controller under {ROOT} (neither cgroup v2's cpu nor v1's cpu)")
+
+
+class CpuCap:
+    """``pid`` capped at ``cpus`` CPUs until ``release()``."""
+
+    def __init__(self, pid: int, cpus: float, name: str) -> None:
+        root, v2 = _hierarchy()
+        self.pid, self.parent = pid, root
+        self.path = root / name
+        if v2:
+            subtree = root / "cgroup.subtree_control"
+            if "cpu" not in subtree.read_text().split():
+                subtree.write_text("+cpu")
+        self.path.mkdir()
+        quota = max(1000, round(cpus * PERIOD_US))
+        if v2:
+            (self.path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+        else:
+            (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (self.path / "cpu.cfs_quota_us").write_text(str(quota))
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def release(self) -> None:
+        """The process back in the hierarchy's root (if it still runs), the cgroup removed."""
+        if not self.path.exists():
+            return
+        for line in (self.path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+                (self.parent / "cgroup.procs").write_text(line)
+        os.rmdir(self.path)

@@ -133,6 +133,18 @@ def test_a_budget_part_over_its_own_line_is_a_verdict_whether_or_not_a_probe_is_
         _expected(**{**miss, "simulator": {"flags": {"prefill_tps": 2000}}})
 
 
+def test_an_engine_whose_metrics_fail_is_unobserved_not_healthy() -> None:
+    failing = {"simulator": {"faults": {"metrics_error_rate": 1.0}}}
+    assert _expected(**failing) == [("exporter", "no_data")]
+    assert expected(lab_of(_scenario(**failing)))[0]["scope"] == {"engine": "sim"}
+    # Beside a path fault, or under a slow decode the probes feel: not decided.
+    with pytest.raises(Ambiguous):
+        _expected(**failing, paths={"mobile": {"loss": 0.1}})
+    with pytest.raises(Ambiguous):
+        _expected(simulator={"faults": {"metrics_error_rate": 1.0},
+                             "config": {"decode_step": 0.12}})
+
+
 def test_loss_only_the_peak_has_is_peak_congestion() -> None:
     lossy = {"baseline": "40s", "paths": {"unicom": {"loss": 0.08}},
              "exporter": {"diagnosis": {"min_baseline": "20s"}}}

@@ -776,6 +776,20 @@ def ordered(found: list[Found]) -> list[Found]:
     return out
 
 
+def unobserved(lab: Lab, eng: dict[str, Range], name: str) -> list[dict[str, object]]:
+    """Every scrape of the engine's metrics fails (HTTP 500) on an engine that serves well:
+    its layer is unobserved, not healthy, so ``exporter/no_data`` scoped to it. Decided
+    alone, and only where no probe feels anything (a slow probe's no_data is about the
+    probe, which the model does not follow)."""
+    s = lab.scenario
+    if lab.faults != Faults(metrics_error_rate=1.0) or s.paths or s.gpu != Gpu() \
+            or s.probes.timeouts or s.simulator.config or s.simulator.down or s.baseline:
+        raise Ambiguous
+    if any(sick.open for sick in probe_symptoms(lab, eng)):
+        raise Ambiguous
+    return [{"layer": "exporter", "cause": "no_data", "scope": {"engine": name}}]
+
+
 def peak_alone(s: Scenario) -> bool:
     """A peak scenario the model decides: paths' loss and nothing else turned, the same load
     in both phases (every drift rule compares the peak with the off-peak phase, which the
@@ -810,6 +824,8 @@ def expected(lab: Lab) -> list[dict[str, object]]:
             # kv_cache_pressure replaces the queue (docs/diagnosis.md).
             return [{"layer": "engine", "cause": "kv_cache_pressure", "scope": {"engine": name}}]
         raise Ambiguous  # a cache that may preempt beside anything else: not modelled
+    if lab.faults.metrics_error_rate:
+        return unobserved(lab, eng, name)
     sick = probe_symptoms(lab, eng)
     found = network(lab, sick, eng)
     eng_found, first, decode = engine(lab, sick, eng, name)

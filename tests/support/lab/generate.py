@@ -360,6 +360,13 @@ def eng_spec(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "simulator", "config")["spec_acceptance"] = _round(rng.uniform(0, 0.3), 2)
 
 
+def eng_metrics_error(rng: random.Random, spec: Spec) -> None:
+    """Every scrape of the engine's metrics answered HTTP 500, under a load of 0.5-4 req/s
+    the engine serves well or not."""
+    _nested(spec, "simulator", "faults")["metrics_error_rate"] = 1.0
+    _nested(spec, "load")["rate"] = _round(rng.uniform(0.5, 4), 2)
+
+
 def app_load(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "load").update(rate=_round(rng.uniform(0.5, 6), 2),
                                  prompt_tokens=rng.randint(32, 4000))
@@ -377,14 +384,16 @@ OTHER: dict[str, Callable[..., None]] = {
     "gpu": gpu_state, "gpu_idle": gpu_idle, "gpu_bandwidth": gpu_bandwidth, "xid": gpu_xid,
     "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load,
     "long_prompts": app_long_prompts, "frontend": eng_frontend, "concurrency": app_concurrency,
-    "kv_transfer": eng_kv_transfer, "prefix": eng_prefix, "spec": eng_spec}
+    "kv_transfer": eng_kv_transfer, "prefix": eng_prefix, "spec": eng_spec,
+    "metrics_error": eng_metrics_error}
 #: Which knobs may pair with a network fault in a double (an engine that is down fails
 #: every probe, whatever the path; a preempting KV cache leaves the probes' TPOT
 #: unbounded, and two data-parallel ranks are modelled only for their imbalance, so the
 #: model decides those alone).
 KINDS = (*NETWORK, *OTHER)
 PAIRS = tuple(k for k in OTHER if k not in ("down", "kv", "imbalance", "frontend",
-                                             "kv_transfer", "prefix", "spec", "concurrency"))
+                                             "kv_transfer", "prefix", "spec", "concurrency",
+                                             "metrics_error"))
 
 
 def _slos(rng: random.Random, spec: Spec) -> None:

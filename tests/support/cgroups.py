@@ -8,12 +8,15 @@ is starved)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
-#: CFS period, microseconds (the kernel's default).
-PERIOD_US = 100_000
+#: CFS period, microseconds: a tenth of the kernel's default, so a capped process is slowed
+#: evenly (at the default a burst of a few ms runs at full speed until the quota is spent).
+PERIOD_US = 10_000
+MIN_QUOTA_US = 1000
 
 
 def _hierarchy() -> tuple[Path, bool]:
@@ -39,11 +42,13 @@ class CpuCap:
             if "cpu" not in subtree.read_text().split():
                 subtree.write_text("+cpu")
         self.path.mkdir()
-        quota = max(1000, round(cpus * PERIOD_US))
+        # The kernel's least quota is 1 ms: a smaller cap takes a longer period.
+        period = max(PERIOD_US, math.ceil(MIN_QUOTA_US / cpus))
+        quota = round(cpus * period)
         if v2:
-            (self.path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            (self.path / "cpu.max").write_text(f"{quota} {period}")
         else:
-            (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (self.path / "cpu.cfs_period_us").write_text(str(period))
             (self.path / "cpu.cfs_quota_us").write_text(str(quota))
         (self.path / "cgroup.procs").write_text(str(pid))
 

@@ -79,8 +79,7 @@ def carrier(r: Report, i: int) -> str:
         return _uri(fig)
 
 
-#: The first token's segments of the carriers' budget plot, from report.json's means:
-#: (label, its mean or how it is derived from them).
+#: The legend of the budget plot's segments, in the order ``tables.segments`` gives them.
 BUDGET = ("network (probes' kernel RTT)", "API server and the rest of the way",
           "engine queue", "prefill")
 

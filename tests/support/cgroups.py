@@ -35,7 +35,7 @@ class CpuCap:
 
     def __init__(self, pid: int, cpus: float, name: str) -> None:
         root, v2 = _hierarchy()
-        self.pid, self.parent = pid, root
+        self.parent = root
         self.path = root / name
         if v2:
             subtree = root / "cgroup.subtree_control"

@@ -27,28 +27,21 @@ from __future__ import annotations
 import math
 
 from exporter.simulator.faults import Faults
-from tests.support.lab.expect import Ambiguous, Lab, need, over, slo
-from tests.support.lab.scenario import DEFAULT_DELAY, Gpu
+from tests.support.lab.expect import Ambiguous, Lab, Range, alone, need, over, slo
+from tests.support.lab.scenario import DEFAULT_DELAY
 
 Expect = list[dict[str, object]]
 
 
-def _alone(lab: Lab, faults: Faults) -> bool:
-    """Nothing but the budget's knob is turned: default paths, a healthy GPU, the probes'
-    usual timeouts, no other fault."""
-    s = lab.scenario
-    return (not s.paths and s.gpu == Gpu() and not s.probes.timeouts and not s.simulator.down
-            and lab.faults == faults)
-
-
-def _first_token(lab: Lab, part: float, share: float, first: tuple[float, float],
-                 cause: str) -> Expect:
-    """A part of the engine's first token over its line: the cause once the TTFT (the part
-    and the rest of ``first``) is over the SLO; healthy where both are under theirs."""
+def _first_token(lab: Lab, part: Range, share: float, cause: str) -> Expect:
+    """A part of the engine's first token: its cause once over share x the TTFT SLO,
+    whether or not the first token is slow yet; healthy where the part and the whole first
+    token (the part, then at most three steps) are under their lines."""
     slo_ttft, _ = slo(lab)
-    if need(over((part, part), share * slo_ttft)):
+    if need(over(part, share * slo_ttft)):
         return _cause(lab, cause)
-    if need(over(first, slo_ttft)) is False:
+    lo, hi = _step(lab)
+    if need(over((part[0] + lo, part[1] + 3 * hi), slo_ttft)) is False:
         return []
     raise Ambiguous  # a slow first token with its part under the line: not modelled
 
@@ -69,30 +62,22 @@ def frontend(lab: Lab) -> Expect | None:
     delay = lab.faults.frontend_delay
     if not delay:
         return None
-    if not _alone(lab, Faults(frontend_delay=delay)) or lab.scenario.simulator.config:
+    if not alone(lab, Faults(frontend_delay=delay)) or lab.scenario.simulator.config:
         raise Ambiguous
-    lo, hi = _step(lab)
-    return _first_token(lab, delay, lab.th.frontend_share, (delay + lo, delay + 3 * hi),
-                        "frontend")
+    return _first_token(lab, (delay, delay), lab.th.frontend_share, "frontend")
 
 
 def kv_transfer(lab: Lab) -> Expect | None:
     if not lab.scenario.simulator.flags.get("pd"):
         return None
     delay = lab.faults.kv_transfer_delay
-    if not _alone(lab, Faults(kv_transfer_delay=delay)) or lab.scenario.simulator.config:
+    if not alone(lab, Faults(kv_transfer_delay=delay)) or lab.scenario.simulator.config:
         raise Ambiguous
     cfg, load = lab.engine, lab.scenario.load
     # The users' prompts are most of the requests; a probe's is tens of tokens.
     per_token = 1 / cfg.prefill_tps + 1 / cfg.kv_transfer_tps
     part = (delay + 16 * per_token, delay + (load.tokens + 40) * per_token)
-    lo, hi = _step(lab)
-    slo_ttft, _ = slo(lab)
-    if need(over(part, lab.th.kv_transfer_share * slo_ttft)):
-        return _cause(lab, "kv_transfer")
-    if need(over((part[0] + lo, part[1] + 3 * hi), slo_ttft)) is False:
-        return []
-    raise Ambiguous
+    return _first_token(lab, part, lab.th.kv_transfer_share, "kv_transfer")
 
 
 def prefix_cache_miss(lab: Lab) -> Expect | None:
@@ -100,7 +85,7 @@ def prefix_cache_miss(lab: Lab) -> Expect | None:
     base = s.baseline_load
     if base is None or not base.system_prompt_tokens:
         return None
-    if not _alone(lab, Faults()) or s.simulator.config or not (
+    if not alone(lab, Faults()) or s.simulator.config or not (
             base.system_prompt == "shared" and s.load.system_prompt == "unique"
             and base.system_prompt_tokens == s.load.system_prompt_tokens
             and base.prompt_tokens == s.load.prompt_tokens):
@@ -130,7 +115,7 @@ def spec_decode(lab: Lab) -> Expect | None:
     k = int(s.simulator.flags.get("speculative_tokens", 0))
     if not k:
         return None
-    if not _alone(lab, Faults()) or set(s.simulator.config) - {"spec_acceptance"} \
+    if not alone(lab, Faults()) or set(s.simulator.config) - {"spec_acceptance"} \
             or s.baseline <= 0:
         raise Ambiguous
     before = (s.baseline_simulator.config.get("spec_acceptance", 0.7)

@@ -776,14 +776,21 @@ def ordered(found: list[Found]) -> list[Found]:
     return out
 
 
+def alone(lab: Lab, faults: Faults) -> bool:
+    """Nothing but ``faults`` is turned: default paths, a healthy GPU, the probes' usual
+    timeouts, the engine up."""
+    s = lab.scenario
+    return (not s.paths and s.gpu == Gpu() and not s.probes.timeouts and not s.simulator.down
+            and lab.faults == faults)
+
+
 def unobserved(lab: Lab, eng: dict[str, Range], name: str) -> list[dict[str, object]]:
     """Every scrape of the engine's metrics fails (HTTP 500) on an engine that serves well:
     its layer is unobserved, not healthy, so ``exporter/no_data`` scoped to it. Decided
     alone, and only where no probe feels anything (a slow probe's no_data is about the
     probe, which the model does not follow)."""
     s = lab.scenario
-    if lab.faults != Faults(metrics_error_rate=1.0) or s.paths or s.gpu != Gpu() \
-            or s.probes.timeouts or s.simulator.config or s.simulator.down or s.baseline:
+    if not alone(lab, Faults(metrics_error_rate=1.0)) or s.simulator.config or s.baseline:
         raise Ambiguous
     if any(sick.open for sick in probe_symptoms(lab, eng)):
         raise Ambiguous

@@ -14,7 +14,10 @@ from exporter.diagnosis.causes import StreamPart as S
 from exporter.diagnosis.chain import diagnose
 from exporter.diagnosis.remote import from_json
 from exporter.diagnosis.result import StepResult
+from exporter.diagnosis.steps.budget import FRONTEND_PART
+from exporter.diagnosis.steps.engine import QUEUE_SHARE
 from exporter.diagnosis.text import render
+from exporter.monitoring.findings import explains, unmatched
 from exporter.runtime.page import verdict as page_verdict
 from tests.support.observations import all_probes, healthy, with_engine, with_probe
 
@@ -157,13 +160,33 @@ def test_of_two_parts_over_their_lines_the_one_holding_more_is_the_cause() -> No
     slow = {"ttft_p95": 3.2, "ttft_mean": 2.0}
     doc = diagnose(all_probes(with_engine(healthy(), **MISSED), **slow))
     assert [(v.layer, v.cause) for v in doc.verdicts][:1] == [("engine", "prefix_cache_miss")]
-    assert "long_prompts" not in {v.cause for v in doc.verdicts}, render(doc)
-    # The API server holding each request 1.6 s is the part that grew instead.
+    assert {"long_prompts", "frontend"}.isdisjoint(v.cause for v in doc.verdicts), render(doc)
+    # The API server's part is the miss's, in its evidence, and its alert is the miss's.
+    assert FRONTEND_PART in {e.metric for e in doc.verdicts[0].evidence}
+    verdict = doc.to_json()["verdicts"][0]
+    assert explains(verdict, {"alertname": "LLMEngineFrontendBound", "target": "main"})
+    # The API server holding each request 1.6 s is the part that grew instead; the cache
+    # that stopped hitting is still a cause of its own, under it (its alert pages too).
     front = diagnose(all_probes(with_engine(healthy(), **{**MISSED, "frontend_mean": 1.6}),
                                 **slow))
-    assert front.verdicts[0].cause in ("frontend", "long_prompts"), render(front)
-    assert "prefix_cache_miss" not in {v.cause for v in front.verdicts}
+    causes = [v.cause for v in front.verdicts]
+    assert causes[0] in ("frontend", "long_prompts") and "prefix_cache_miss" in causes[1:], \
+        render(front)
 
+
+def test_a_queue_behind_a_prefix_cache_miss_is_the_miss_s() -> None:
+    # Every prompt computed whole holds the engine longer per request: the queue that forms
+    # behind it is the miss's evidence, and the capacity alert is the miss's to answer.
+    queued = {**MISSED, "queue_mean": 2.0, "queue_seconds": 600.0, "waiting": 3.0}
+    doc = diagnose(all_probes(with_engine(healthy(), **queued), ttft_p95=3.2, ttft_mean=2.0))
+    causes = [v.cause for v in doc.verdicts]
+    assert causes[0] == "prefix_cache_miss" and "queueing" not in causes, render(doc)
+    assert QUEUE_SHARE in {e.metric for e in doc.verdicts[0].evidence}, render(doc)
+    verdict = doc.to_json()["verdicts"][0]
+    assert explains(verdict, {"alertname": "LLMEngineCapacityBound", "target": "main"})
+    assert not unmatched([{"alertname": "LLMEngineCapacityBound", "target": "main"},
+                          {"alertname": "LLMEnginePrefixCacheMiss", "target": "main"}],
+                         [verdict])
 
 
 def test_a_layer_the_config_leaves_out_is_not_a_blind_step_and_the_budget_says_where() -> None:

@@ -260,8 +260,11 @@ PREFIX_CACHE_MISS = Cause(
         "requests sharing a prefix reach the same instance (router affinity).",
     ),
     # The prefix it no longer spares is computed in chunks beside the running decodes, so
-    # their steps stretch too: the stream's slowness is the same cause.
-    absorbs=(SLOW_PREFILL, SLOW_DECODE), pages=("LLMEnginePrefixCacheMiss",),
+    # their steps stretch too: the stream's slowness is the same cause. Each request holds
+    # the engine longer, so a queue forms behind it, and a new request waits out the longer
+    # steps before the engine takes it in, which reads as API-server time.
+    absorbs=(SLOW_PREFILL, SLOW_DECODE, QUEUEING), pages=("LLMEnginePrefixCacheMiss",),
+    answers=("LLMEngineFrontendBound",),
     thresholds=("diagnosis.prefix_hit_min", "diagnosis.drift_ratio"),
     parts=(BudgetPart.PREFILL,))
 SPEC_DECODE = Cause(

@@ -86,8 +86,10 @@ INHIBITIONS: tuple[Inhibition, ...] = (
                _cause(causes.JITTER)),
     Inhibition(DIAGNOSIS, ("LLMPathRouteDegraded",), ("carrier", *WHERE),
                _cause(causes.ROUTE_CHANGE)),
+    # Causes that take over the queue: a KV handover or a prefill the cache no longer
+    # spares holds each request longer.
     Inhibition(DIAGNOSIS, ("LLMEngineCapacityBound",), ("target", *WHERE),
-               _cause(causes.QUEUEING)),
+               _cause(causes.QUEUEING, causes.KV_TRANSFER, causes.PREFIX_CACHE_MISS)),
     Inhibition(DIAGNOSIS, ("LLMEngineComputeBound",), ("target", *WHERE),
                _cause(causes.SLOW_PREFILL, causes.SLOW_DECODE)),
     Inhibition(DIAGNOSIS, ("LLMEngineKVCacheSaturated",), ("target", *WHERE),
@@ -96,7 +98,7 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition(DIAGNOSIS, ("LLMEngineImbalance", "LLMEngineCapacityBound"), ("target", *WHERE),
                _cause(causes.IMBALANCE)),
     Inhibition(DIAGNOSIS, ("LLMEngineFrontendBound",), ("target", *WHERE),
-               _cause(causes.FRONTEND)),
+               _cause(causes.FRONTEND, causes.PREFIX_CACHE_MISS)),
     Inhibition(DIAGNOSIS, ("LLMEngineKVTransferSlow",), ("target", *WHERE),
                _cause(causes.KV_TRANSFER)),
     Inhibition(DIAGNOSIS, ("LLMEnginePrefixCacheMiss",), ("target", *WHERE),

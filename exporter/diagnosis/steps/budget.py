@@ -6,7 +6,7 @@ own line and said against the excess over the SLO it is to explain."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter import metrics
 from exporter.diagnosis.causes import (
@@ -64,14 +64,16 @@ def accounts(part: float, over: float | None) -> str:
     return f"; that is {secs(part)} of the {secs(over)} the TTFT P95 is over its SLO"
 
 
-def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
-    """A part of the engine's first token over its own line: the API server, a KV handover,
-    or a prefill the prefix cache no longer spares; the one holding the most seconds where
-    several are (a request waiting out another's long prefill step before the engine
-    queues it reads as API-server time beside a prefix cache miss); None when none is."""
+def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> list[Why]:
+    """The parts of the engine's first token over their own lines, each a cause: a prefill
+    the prefix cache no longer spares, and the larger of the API server and a KV handover.
+    The prefix cache's takes the API server's over where it holds more seconds: a request
+    waits out the longer prefill steps before the engine queues it, which reads as
+    API-server time (its number joins the miss's evidence). The most seconds first; []
+    when no part is over its line."""
     e, lines, slo = st.engine, case.thresholds, st.slo_ttft
     over = over_first(st)
-    found = [_prefix(case, st, lab, over)]
+    found: list[Why] = []
     front = e.frontend_mean
     if front is not None and front > lines.frontend_share * slo:
         found.append(_frontend(case, st, lab, front))
@@ -86,7 +88,12 @@ def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
         found.append(Why(KV_TRANSFER, f"Engine {e.engine} waits {secs(kv)} per request for "
                          f"its KV from the prefill instance ({e.deferred or 0:.3g} requests "
                          f"deferred on average){accounts(kv, over)}", ev, strength(kv, line), kv))
-    return max((w for w in found if w is not None), key=lambda w: w.seconds, default=None)
+    most = max(found, key=lambda w: w.seconds, default=None)
+    prefix = _prefix(case, st, lab, over)
+    if prefix is not None and most is not None and most.cause is FRONTEND \
+            and most.seconds <= prefix.seconds:
+        return [replace(prefix, evidence=[*prefix.evidence, most.evidence[0]])]
+    return sorted((w for w in (most, prefix) if w is not None), key=lambda w: -w.seconds)
 
 
 def _frontend(case: Case, st: EngineState, lab: dict[str, str], front: float) -> Why:

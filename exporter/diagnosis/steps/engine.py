@@ -93,8 +93,7 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
     # A part of the first token over its own line (the API server, a KV handover, a prefill
     # the prefix cache no longer spares) is a verdict whether or not the engine is slow yet,
     # as its alert pages.
-    why = budget.first_token(case, st, lab)
-    if why is not None:
+    for why in budget.first_token(case, st, lab):
         add(why.cause, why.headline, why.evidence, why.strength, over_line=True)
     # Drafts accepted far less than off-peak are over their alert's line on their own; a
     # slow stream then gets the engine's decode as more evidence below. The probes' TPOT

@@ -494,6 +494,28 @@ def test_a_setup_that_leaves_the_first_token_fast_times_out_no_answer() -> None:
         ("network", "connection_setup")], render(d)
 
 
+def test_connections_that_open_a_second_late_are_the_setups_with_the_first_token_fast() -> None:
+    # The probe's TTFT starts once connected: a dropped SYN's second (the kernel's retry)
+    # is over half the 1 s SLO however fast the first token, on a clean path.
+    obs = with_probe(healthy(), "chat-mobile", ttft_p95=0.3, connect_p95=1.02,
+                     tcp_rtt_mean=0.03)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause, v.scope.get("probe")) for v in d.verdicts] == [
+        ("network", "connection_setup", "chat-mobile")], render(d)
+    assert d.status == "degraded" and not d.verdicts[0].symptoms, render(d)
+    assert "1.02 s to open" in d.verdicts[0].summary, d.verdicts[0].summary
+    # A far path's handshakes (TCP and TLS) at 250 ms RTT take 750 ms: the RTT's, not setup.
+    far = with_probe(healthy(), "chat-mobile", ttft_p95=0.3, connect_p95=0.78,
+                     tcp_rtt_mean=0.25)
+    assert "connection_setup" not in {v.cause for v in diagnose(far).verdicts}
+    # Loss on the carrier loses SYNs too: the late connections are the loss's evidence.
+    lossy = with_path(obs, "mobile", lost=20)
+    d = diagnose(lossy)
+    assert [(v.layer, v.cause) for v in d.verdicts][:1] == [("network", "packet_loss")]
+    assert "connection_setup" not in {v.cause for v in d.verdicts}, render(d)
+    assert "llm_probe_phase_seconds" in {e.metric for e in d.verdicts[0].evidence}
+
+
 def test_a_throttled_gpu_beside_long_prompts_names_both() -> None:
     # Both take over the slow prefill; neither drops the other (GPU first, in chain order).
     obs = all_probes(with_gpu(with_engine(healthy(), ttft_p95=2.0, prefill_seconds=180.0,

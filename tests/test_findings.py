@@ -22,7 +22,14 @@ from exporter.monitoring import findings
 from exporter.monitoring.alerts import alert_groups
 from tests.support.generated import ALERTS, example
 from tests.support.lab.runner import one_answer
-from tests.support.observations import all_probes, healthy, with_engine, with_gpu, with_path
+from tests.support.observations import (
+    all_probes,
+    healthy,
+    with_engine,
+    with_gpu,
+    with_path,
+    with_probe,
+)
 
 
 def _firing() -> dict[str, list[set[str]]]:
@@ -136,6 +143,9 @@ QUIET_BUT_OVER: dict[tuple[str, str], Any] = {
     ("network", "jitter"): with_path(healthy(), "mobile", jitter=0.09),
     # Premium backbone to 163 (LLMPathRouteDegraded: worse than a class taken recently).
     ("network", "route_change"): with_path(healthy(), "telecom", route_class="chinanet_163"),
+    # New connections a second late (a dropped SYN) with a fast first token.
+    ("network", "connection_setup"): with_probe(healthy(), "chat-mobile", connect_p95=1.02,
+                                                tcp_rtt_mean=0.03),
     ("engine", "queueing"): with_engine(healthy(), queue_seconds=900.0, waiting=3.0),
     ("engine", "kv_cache_pressure"): with_engine(healthy(), kv_cache_usage=0.99,
                                                  preemptions=4.0),

@@ -2,7 +2,7 @@
 from the simulator in another, first clean, then with nftables dropping a share of the TCP
 packets of the simulator's port as they arrive, at both ends. The kernel's own
 retransmissions and out-of-order arrivals are what the probe's segment counters must show;
-the clean link shows none. (A namespace of its own: the port is fixed, nothing else binds
+the clean link shows none, nor does one that drops only SYNs (the setup's time). (A namespace of its own: the port is fixed, nothing else binds
 there.)"""
 
 from __future__ import annotations
@@ -67,6 +67,18 @@ def test_a_lossy_link_shows_in_the_probes_segments(lab: Lab, tmp_path: Path) -> 
     assert segments(clean, "retransmitted") == 0 and segments(clean, "out_of_order") == 0
     # A veth in one host: the kernel's RTT is well under a millisecond at its floor.
     assert 0 < value(clean, "llm_probe_tcp_min_rtt_seconds_sum") / RUNS < 0.005
+
+    # The first SYN of each connection dropped: it opens a second late (the kernel's retry),
+    # timed in its setup phase, and the stream, measured from its handshake, lost nothing.
+    lab.syn_drops(server, PORT, 1)
+    late = probe_runs(client, url)
+    assert lab.nft_counters(server) >= 1
+    lab.syn_drops(server, PORT, 0)
+    new = {"phase": "connect", "connection": "new"}
+    opened = value(late, "llm_probe_phase_seconds_count", **new)
+    assert opened >= 1 and value(late, "llm_probe_phase_seconds_sum", **new) / opened >= 0.9
+    assert value(late, "llm_probe_requests_total", outcome="ok") == RUNS
+    assert segments(late, "retransmitted") == 0, published_segments(late)
 
     # Each end drops a share of what arrives for it: a loss the sender must repair. (A
     # drop on the output hook is no loss: the sender's own stack sees the send fail and

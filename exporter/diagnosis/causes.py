@@ -113,6 +113,8 @@ PACKET_LOSS = Cause(
         "carrier's users through a better-peered entry point.",
     ),
     pages=("LLMPathPacketLoss", "LLMProbeStreamPacketLoss", "LLMClientsRetransmissionHigh"),
+    # A lost SYN waits for the kernel's retry: the late connections are the loss's.
+    answers=("LLMProbeConnectionSetupSlow",),
     thresholds=("slo.loss_ratio", "alerting.clients_min_segments", "diagnosis.loss_ratio"),
     parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 JITTER = Cause(
@@ -156,13 +158,20 @@ PEAK_CONGESTION = Cause(
     thresholds=("diagnosis.drift_ratio", "alerting.peak_drift_min_loss_ratio"),
     parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 CONNECTION_SETUP = Cause(
-    "network", "connection_setup", "DNS, connect and TLS take most of the probe's TTFT",
-    FIRST_TOKEN | FAILURES, DROPPED, (
+    "network", "connection_setup",
+    "new connections take long to open (DNS, connect, TLS) beyond their round trips",
+    # The probe's TTFT starts once connected: a slow setup explains its connect failures,
+    # never the first token it times.
+    FAILURES, DROPPED, (
         "Check DNS resolution time and TLS handshakes; enable keep-alive / connection "
         "pooling in the client so requests reuse connections.",
         "Place a TLS-terminating entry point near the users.",
+        "Connections a second or more late lost their first SYN: look for a SYN-flood "
+        "guard, a full accept queue (ss -lnt: Recv-Q at the backlog) or a firewall in "
+        "front of the server dropping new connections.",
     ),
-    thresholds=("diagnosis.connection_setup_share",),
+    pages=("LLMProbeConnectionSetupSlow",),
+    thresholds=("diagnosis.connection_setup_share", "slo.ttft_p95_seconds"),
     parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 STREAM_STALLS = Cause(
     "network", "stream_stalls",

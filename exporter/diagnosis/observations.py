@@ -55,6 +55,8 @@ Source = Literal["exporter", "prometheus"]
 #: connection; a reused one has none of them.
 SETUP_PHASES = ("dns", "connect", "tls")
 NEW_CONNECTION = "new"
+#: Round trips a new connection's setup takes on its own: TCP's handshake and TLS 1.2's two.
+SETUP_ROUND_TRIPS = 3
 
 
 def _stall(config: Config) -> float:

@@ -113,7 +113,9 @@ def _quantile(leaf: Quantile, k: tuple[str, ...], w: Ranges, base: bool) -> str:
     bucket = f"{leaf.family.name}_bucket{m}"
     counts = (offpeak(labels, bucket, w) if base
               else f"sum by ({by(labels)}) (rate({bucket}[{w.range}]))")
-    return f"{leaf.combine} by ({by(k)}) (histogram_quantile({leaf.q:g}, {counts}))"
+    # A series with nothing in the window gives NaN, which would make a sum NaN: left out.
+    kept = " >= 0" if leaf.combine == "sum" else ""
+    return f"{leaf.combine} by ({by(k)}) (histogram_quantile({leaf.q:g}, {counts}){kept})"
 
 
 def leaf_query(leaf: Leaf, kind: WindowKey, base: bool, w: Ranges) -> str:

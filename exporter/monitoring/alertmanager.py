@@ -52,7 +52,8 @@ def _cause(*causes: Cause) -> tuple[str, ...]:
 INHIBITIONS: tuple[Inhibition, ...] = (
     # Loss seen from one vantage point explains that vantage point's symptoms only.
     Inhibition("LLMPathPacketLoss",
-               ("LLMProbeTTFTHigh", "LLMProbeTTFTPeakDrift", "LLMExporterCheckFailing"),
+               ("LLMProbeTTFTHigh", "LLMProbeTTFTPeakDrift", "LLMExporterCheckFailing",
+                "LLMProbeConnectionSetupSlow"),
                ("carrier", *FLEET)),
     # Real users of a carrier retransmitting is the same loss, seen by TCP.
     Inhibition("LLMClientsRetransmissionHigh", ("LLMProbeTTFTHigh", "LLMProbeTTFTPeakDrift"),
@@ -61,7 +62,7 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     # retransmission timeout.
     Inhibition("LLMProbeStreamPacketLoss",
                ("LLMProbeTTFTHigh", "LLMProbeTPOTHigh", "LLMProbeStreamStalls",
-                "LLMProbeTTFTPeakDrift"),
+                "LLMProbeTTFTPeakDrift", "LLMProbeConnectionSetupSlow"),
                ("probe", *WHERE)),
     # A down engine fails its probes from every vantage point: the engine's name suffices.
     Inhibition("LLMEngineDown",
@@ -86,6 +87,8 @@ INHIBITIONS: tuple[Inhibition, ...] = (
                _cause(causes.JITTER)),
     Inhibition(DIAGNOSIS, ("LLMPathRouteDegraded",), ("carrier", *WHERE),
                _cause(causes.ROUTE_CHANGE)),
+    Inhibition(DIAGNOSIS, ("LLMProbeConnectionSetupSlow",), ("probe", *WHERE),
+               _cause(causes.CONNECTION_SETUP)),
     # Causes that take over the queue: a KV handover or a prefill the cache no longer
     # spares holds each request longer.
     Inhibition(DIAGNOSIS, ("LLMEngineCapacityBound",), ("target", *WHERE),

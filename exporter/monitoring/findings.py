@@ -67,6 +67,7 @@ DECISIONS: tuple[Decision, ...] = (
     # The probe's own TCP stream (TCP_INFO): loss on its carrier though ICMP may be clean;
     # a loss verdict on the carrier explains it, and a probe-scoped one needs it.
     Decision("LLMProbeStreamPacketLoss", "cause", (*PROBE, ("carrier", "carrier"))),
+    Decision("LLMProbeConnectionSetupSlow", "cause", PROBE),
     Decision("LLMPathJitterHigh", "cause", PATH),
     Decision("LLMPathRouteDegraded", "cause", PATH),
     Decision("LLMPathLossPeakDrift", "cause", PATH),

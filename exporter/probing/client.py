@@ -16,9 +16,13 @@ import contextlib
 import email.utils
 import ssl
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp import ClientRequest, ClientTimeout
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
 
 from exporter import redact
 from exporter.metrics import ProbeOutcome
@@ -99,6 +103,29 @@ def _exc_detail(exc: BaseException) -> str:
     return text[:_DETAIL_MAX]
 
 
+#: Seconds an idle connection is kept for the next request: below vLLM's 5 s server
+#: keep-alive, so the client never reuses a socket the server is closing at that moment (a
+#: spurious reset on a healthy endpoint).
+KEEPALIVE = 2.5
+
+
+class _Connector(aiohttp.TCPConnector):
+    """Reads each new connection's TCP counters as its handshake completes
+    (``Connections.opened``)."""
+
+    def __init__(self, connections: Connections, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._opened = connections
+
+    async def connect(self, req: ClientRequest, traces: list[Trace], timeout: ClientTimeout
+                      ) -> Connection:
+        conn = await super().connect(req, traces, timeout)
+        tr = CURRENT.get()
+        if tr is not None and tr.connection == "new" and conn.transport is not None:
+            self._opened.opened(conn.protocol, conn.transport.get_extra_info("socket"))
+        return conn
+
+
 class Client:
     """An aiohttp session with tracing, created on first use (it needs a running loop)."""
 
@@ -106,14 +133,12 @@ class Client:
         self,
         *,
         limit: int = 0,
-        keepalive: float = 2.5,
+        keepalive: float = KEEPALIVE,
         max_response_bytes: int = 4 * 1024 * 1024,
         ca_file: str | None = None,
         error_body_bytes: int = 0,
     ) -> None:
         self._limit = limit
-        # Below vLLM's 5 s server keep-alive, so the client never reuses a socket the server
-        # is closing at that moment (a spurious reset on a healthy endpoint).
         self._keepalive = keepalive
         self._max_bytes = max_response_bytes
         self._ca_file = ca_file
@@ -127,7 +152,8 @@ class Client:
             if urlsplit(url).scheme == "https":
                 # Loading CA certificates reads files: keep it off the event loop.
                 self._ssl = await asyncio.to_thread(_ssl_context, self._ca_file)
-            connector = aiohttp.TCPConnector(
+            connector = _Connector(
+                self._connections,
                 limit=self._limit,
                 keepalive_timeout=self._keepalive,
                 ssl=self._ssl if self._ssl is not None else True,

@@ -13,7 +13,8 @@ What a probe reads and why:
   its mean deviation and the lowest RTT seen on the connection: the network as the stream's
   own packets measured it, not as an ICMP echo to some router did.
 * ``tcpi_segs_out`` and ``tcpi_total_retrans``: segments this end sent and retransmitted
-  (the request, the ACKs of the stream; a SYN retransmit counts too).
+  (the request, the ACKs of the stream), counted from the end of the connection's
+  handshake: a SYN retransmit is the setup's, which its phase times.
 * ``tcpi_data_segs_in`` and ``tcpi_rcv_ooopack``: data segments received and those that
   arrived out of order. A stream's data flows from the server, so a lost segment of it is
   retransmitted by the server and counted there; what the client sees of that loss is the
@@ -68,7 +69,7 @@ class TcpInfo:
 
 
 #: The counters of a connection before its first segment: what a new connection's first
-#: request is measured from (its handshake, SYN retransmits included, belongs to it).
+#: request is measured from where its handshake was not read (``Connections.opened``).
 ZERO = TcpInfo(total_retrans=0, segs_out=0, data_segs_in=0, rcv_ooopack=0)
 
 
@@ -186,14 +187,28 @@ class Connections:
         with contextlib.suppress(TypeError):
             self._last[key] = info
 
+    def _get(self, key: object) -> TcpInfo | None:
+        try:
+            return self._last.get(key)
+        except TypeError:  # a key that takes no weak reference was never remembered
+            return None
+
+    def opened(self, key: object, sock: _Socket | None) -> None:
+        """A new connection's reading as its handshake completes: its first request is
+        measured from there, so a SYN the network dropped (a second's wait for the kernel's
+        retry) is the connection's setup, timed in its phase, not a loss of the stream."""
+        info = read(sock) if sock is not None else None
+        if info is not None:
+            self.remember(key, info)
+
     def begin(self, key: object, sock: _Socket | None, new: bool) -> Watch | None:
         """Start watching a request on the connection ``key`` (its socket ``sock``)."""
         if sock is None:
             return None
         if new:
-            before: TcpInfo | None = ZERO
+            before: TcpInfo | None = self._get(key) or ZERO
         else:
             # A reused connection nobody read before (its previous request failed before
             # its response): from now on, so nothing of another request is counted here.
-            before = self._last.get(key) or read(sock)
+            before = self._get(key) or read(sock)
         return None if before is None else Watch(self, key, sock, before)

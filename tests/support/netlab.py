@@ -272,6 +272,37 @@ class Lab:
               }}
             }}""")
 
+    def syn_drops(self, ns: str, port: int, drops: int) -> None:
+        """Drop the first ``drops`` SYNs of every connection to ``port`` as they arrive in
+        ``ns`` (a SYN-flood guard, a full accept queue, a greylisting firewall), counted;
+        replaces an earlier setting. The client's kernel retries each about a second
+        later (Linux 6.7+ spaces its first retries linearly; older kernels double the
+        wait: 1 s, then 2 s more), so each new connection opens ``drops`` seconds late or
+        more while echoes and the stream, once connected, are clean."""
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "syndrop"],
+                       capture_output=True)
+        if drops <= 0:
+            return
+        syn = f"tcp dport {port} tcp flags & (syn | ack) == syn"
+        flow = "ip saddr . tcp sport"
+        # One set per SYN already dropped: the n-th passes once n-1 are in the sets.
+        sets = "".join(
+            f"set seen{i} {{ type ipv4_addr . inet_service; flags dynamic, timeout; "
+            f"timeout 60s; }}\n" for i in range(drops))
+        rules = [f"{syn} {flow} @seen{drops - 1} accept"]
+        rules += [f"{syn} {flow} @seen{i - 1} add @seen{i} {{ {flow} }} counter drop"
+                  for i in range(drops - 1, 0, -1)]
+        rules.append(f"{syn} add @seen0 {{ {flow} }} counter drop")
+        body = "\n".join(rules)
+        self.nft(ns, f"""
+            table inet syndrop {{
+              {sets}
+              chain input {{
+                type filter hook input priority 0; policy accept;
+                {body}
+              }}
+            }}""")
+
     def arrival_drops(self, ns: str, table: str, match: str, percent: int) -> None:
         """Drop ``percent`` % of the packets ``match`` (an nftables match) selects as they
         arrive in ``ns``, counted, in table ``table`` (replacing an earlier one of that

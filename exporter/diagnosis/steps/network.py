@@ -6,7 +6,6 @@ from __future__ import annotations
 from exporter import metrics
 from exporter.diagnosis.causes import (
     CONNECTION_SETUP,
-    FIRST_TOKEN,
     JITTER,
     PACKET_LOSS,
     PEAK_CONGESTION,
@@ -15,7 +14,12 @@ from exporter.diagnosis.causes import (
     STREAM_STALLS,
     Cause,
 )
-from exporter.diagnosis.observations import EngineWindow, PathWindow, ProbeWindow
+from exporter.diagnosis.observations import (
+    SETUP_ROUND_TRIPS,
+    EngineWindow,
+    PathWindow,
+    ProbeWindow,
+)
 from exporter.diagnosis.result import Evidence
 from exporter.diagnosis.steps import users
 from exporter.diagnosis.steps.base import (
@@ -28,6 +32,7 @@ from exporter.diagnosis.steps.base import (
     peak_drift,
 )
 from exporter.diagnosis.steps.words import pct, probe_labels, probe_scope, secs, strength
+from exporter.metrics import ProbeOutcome
 
 #: Evidence name of the client-minus-engine split of mean TTFTs (bucket grids differ).
 MEAN_SPLIT = f"{metrics.PROBE_TTFT.name} mean (_sum / _count)"
@@ -127,22 +132,7 @@ def _probe_findings(case: Case, ps: ProbeSymptoms, cleared: list[Evidence],
     """What one symptomatic probe's own timings say about the network."""
     lines, p = case.thresholds, ps.probe
     out: list[Finding] = []
-    labels = probe_labels(p)
     engines = case.engines_of(p)
-    # A setup that does not make the first token slow explains no timeout of the answer:
-    # only a probe whose first token is slow, or whose connections fail, is its.
-    setup_felt = bool(FIRST_TOKEN & ps.open) or ps.failure == "connect"
-    if p.connect_p95 is not None and p.ttft_p95 and setup_felt:
-        e = case.evidence(metrics.PROBE_PHASE.name, p.connect_p95, {**labels, "phase": "setup"},
-                          lines.connection_setup_share * p.ttft_p95)
-        if p.connect_p95 > lines.connection_setup_share * p.ttft_p95:
-            out.append(Finding(
-                CONNECTION_SETUP, probe_scope(p),
-                f"DNS, connect and TLS take {secs(p.connect_p95)} of the {p.probe} probe's "
-                f"{secs(p.ttft_p95)} TTFT P95", [e],
-                strength(p.connect_p95, lines.connection_setup_share * p.ttft_p95), (ps,)))
-        else:
-            cleared.append(e)
     engine = engines[0] if engines else None
     # Stalls the client sees while the engine emits tokens steadily happen on the way. An
     # engine with gaps of its own as long (a preempted request waits to be recomputed) may
@@ -262,6 +252,58 @@ def _stream_loss(case: Case, p: ProbeWindow, ps: ProbeSymptoms | None,
         evidence, strength(worst, lines.loss_ratio, 0.7), riders, Standing.OVER_LINE)
 
 
+def _setup(case: Case, p: ProbeWindow, ps: ProbeSymptoms | None, findings: list[Finding],
+           cleared: list[Evidence]) -> Finding | None:
+    """A new connection's DNS, connect and TLS beyond the round trips they take (TCP's
+    handshake and TLS's), over ``connection_setup_share`` of the probe's TTFT SLO: what a
+    user opening a connection waits before the first token the probe times (its TTFT
+    starts once connected); or connections that time out opening, failures of the probe's
+    own. Over its line whether or not the probe is slow; a loss on the probe's way takes
+    it over (a lost SYN waits for its retry). A far path's round trips are the RTT floor's."""
+    lines = case.thresholds
+    timed_out = p.outcomes.get(ProbeOutcome.TIMEOUT_CONNECT.value, 0)
+    failing = ps is not None and ps.failure == "connect" and "failures" in ps.open \
+        and timed_out > 0
+    if p.connect_p95 is None and not failing:
+        return None
+    # The probe's own connection's RTT (TCP_INFO), as LLMProbeConnectionSetupSlow reads it.
+    rtt = p.tcp_rtt_mean or 0.0
+    trips = SETUP_ROUND_TRIPS * rtt
+    line = lines.connection_setup_share * p.slo_ttft
+    ev: list[Evidence] = []
+    slow = p.connect_p95 is not None and p.connect_p95 > line + trips
+    if p.connect_p95 is not None:
+        e = case.evidence(metrics.PROBE_PHASE.name, p.connect_p95,
+                          {**probe_labels(p), "phase": "setup"}, line + trips)
+        if not slow and not failing:
+            if ps is not None:
+                cleared.append(e)
+            return None
+        ev.append(e)
+    for f in findings:
+        if f.cause in (PACKET_LOSS, PEAK_CONGESTION) and p.carrier and (
+                f.scope.get("probe") == p.probe if "probe" in f.scope
+                else f.scope.get("carrier") == p.carrier
+                and _same(p.vantage, f.scope.get("vantage", ""))):
+            f.evidence.extend(ev)
+            return None
+    if slow:
+        assert p.connect_p95 is not None
+        what = (f"New connections of the {p.probe} probe take {secs(p.connect_p95)} to open "
+                f"(DNS, connect, TLS; P95), {secs(p.connect_p95 - trips)} beyond their round "
+                f"trips at RTT {secs(rtt)}: users who open one wait that before their first "
+                "token")
+        s = strength(p.connect_p95 - trips, line)
+    else:
+        what = (f"{timed_out} of the {p.probe} probe's connections timed out opening "
+                "(no answer to their SYNs within the probe's connect timeout)")
+        s = 0.7
+    if ps is not None:
+        ev.extend(ps.evidence)
+    return Finding(CONNECTION_SETUP, probe_scope(p), what, ev, s,
+                   (ps,) if ps is not None else (), Standing.OVER_LINE)
+
+
 def _paths(case: Case) -> Part:
     """Each carrier's path to each target."""
     lines, part = case.thresholds, Part()
@@ -313,8 +355,10 @@ def evaluate(case: Case) -> Outcome:
     # By identity: a fleet's probes share names across vantage points.
     symptoms = {id(ps.probe): ps for ps in case.sick}
     for p in case.obs.probes:
-        stream = _stream_loss(case, p, symptoms.get(id(p)), findings, cleared)
-        if stream is not None:
-            decided = True
-            findings.append(stream)
+        mine = symptoms.get(id(p))
+        for found_p in (_stream_loss(case, p, mine, findings, cleared),
+                        _setup(case, p, mine, findings, cleared)):
+            if found_p is not None:
+                decided = True
+                findings.append(found_p)
     return Outcome.of("network", findings, cleared + case.splits, decided)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from exporter import metrics
 from exporter.config.models import Config, ProbeConfig
+from exporter.diagnosis.observations import NEW_CONNECTION, SETUP_PHASES, SETUP_ROUND_TRIPS
 from exporter.metrics import names
 from exporter.metrics.names import PROBE, RATE, alternation, prom_duration
 from exporter.monitoring.promql import (
@@ -15,6 +16,8 @@ from exporter.monitoring.promql import (
     num,
     paren,
     pct,
+    rate_sum,
+    ratio,
     segments_share,
 )
 from exporter.monitoring.rule import Alert
@@ -71,6 +74,38 @@ def _stream_loss(config: Config) -> Alert:
     )
 
 
+def _setup_slow(config: Config) -> list[Alert]:
+    """A new connection's DNS, connect and TLS P95 (their P95s added up, as the chain reads
+    them, a phase with nothing in the window left out) beyond SETUP_ROUND_TRIPS of the
+    probe's own TCP RTT (none where the kernel gives no RTT), over
+    ``connection_setup_share`` of the probe's TTFT SLO: the chain's network/connection_setup,
+    on its line."""
+    share = config.diagnosis.connection_setup_share
+    rtt = metrics.PROBE_TCP_RTT.name
+    alerts = []
+    for threshold, matcher in probe_thresholds(config, "ttft_p95_seconds"):
+        only = f", {matcher.strip('{}')}" if matcher else ""
+        buckets = (f'{metrics.PROBE_PHASE.name}_bucket{{connection="{NEW_CONNECTION}", '
+                   f'phase=~"{alternation(SETUP_PHASES)}"{only}}}')
+        setup = (f"sum by ({PROBE.by}) (histogram_quantile(0.95, "
+                 f"sum by (le, phase, {PROBE.by}) (rate({buckets}[{RATE}]))) >= 0)")
+        trips = ratio(rate_sum(PROBE, f"{rtt}_sum"), rate_sum(PROBE, f"{rtt}_count"))
+        alerts.append(Alert(
+            "LLMProbeConnectionSetupSlow",
+            paren(f"{setup}\n- {SETUP_ROUND_TRIPS} * {paren(trips)}", "or", setup)
+            + f"\n> {num(share * threshold)}",
+            "warning",
+            "A probe's new connections take long to open.",
+            f"{PROBE_TEXT}: DNS, connect and TLS of its new connections take {VALUE_SECONDS} "
+            f"(P95) beyond {SETUP_ROUND_TRIPS} round trips over {RATE} (threshold "
+            f"{human_seconds(share * threshold)}: {pct(share)} of the TTFT SLO); users who "
+            "open a connection wait that before their first token.",
+            "10m",
+            {"slo": human_seconds(threshold)},
+        ))
+    return alerts
+
+
 def probe_alerts(config: Config) -> list[Alert]:
     alerts: list[Alert] = []
     for alert, series, key, what in (
@@ -117,6 +152,7 @@ def probe_alerts(config: Config) -> list[Alert]:
         )
     )
     alerts.append(_stream_loss(config))
+    alerts += _setup_slow(config)
     for probe in config.probes:
         alerts.append(
             Alert(

@@ -29,6 +29,7 @@ from typing import Any
 
 from exporter.config.models import Config
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.probing.client import KEEPALIVE as PROBE_KEEPALIVE
 from exporter.probing.prompts import probe_prompt
 from exporter.simulator.engine_config import EngineConfig
 from exporter.simulator.faults import Faults
@@ -156,6 +157,11 @@ class Lab:
         """The probes' requests per second at most: each once per interval, a tenth more
         for the interval's jitter."""
         return len(self.config.probes) / self.config.probes[0].interval * 1.1
+
+    def new_connections(self) -> bool:
+        """Whether every probe request opens a connection of its own: the probe keeps an
+        idle one only 2.5 s (exporter/probing/client.py)."""
+        return self.config.probes[0].interval > PROBE_KEEPALIVE
 
     def probe_count(self, answer: float) -> tuple[int, int]:
         """Finished requests of one probe in the window when an answer takes up to
@@ -472,7 +478,10 @@ def probe_symptoms(lab: Lab, eng: dict[str, Range]) -> list[Sick]:
         limited = faults.rate_limit_rate
         fails_429 = drawn(n_lo // 2, n_hi, limited, limited, th.failure_ratio) if limited \
             else False
-        late = either(over(total, timeouts.total), over(ttft, timeouts.first_token))
+        # The probe's deadlines run from before it connects (its TTFT from after).
+        opening = syn_late(path) if path and lab.new_connections() else (0.0, 0.0)
+        late = either(over(plus(total, opening), timeouts.total),
+                      over(plus(ttft, opening), timeouts.first_token))
         if need(late) is True:
             # Every answer is cut before its end: no stream is timed to its last token.
             found.discard("tpot")
@@ -542,6 +551,48 @@ FIRST = frozenset(("ttft",))
 NET_FAILS = frozenset(("timeout", "connect", "stream"))
 
 
+#: Seconds the client's kernel waits for its SYN's retries: 1 s each for the first few
+#: (Linux 6.7+), or 1, 2, 4 s (older kernels).
+SYN_RETRY = (1.0, 2.0)
+
+
+def syn_late(p: CarrierPath) -> Range:
+    """How late a new connection to the carrier opens for its dropped first SYNs."""
+    if not p.syn_drops:
+        return (0.0, 0.0)
+    return (p.syn_drops * SYN_RETRY[0],
+            sum(SYN_RETRY[1] ** i for i in range(p.syn_drops)) + 0.1)
+
+
+def plus(a: Range, b: Range) -> Range:
+    return (a[0] + b[0], a[1] + b[1])
+
+
+def slow_setup(lab: Lab, p: CarrierPath, slo_ttft: float, lost: bool) -> bool:
+    """Whether the carrier's probe opens its connections over the setup line (share x its
+    TTFT SLO; the lab's handshake is with the carrier's proxy, a round trip of nothing):
+    every new connection when the carrier drops its first SYNs; those that lose a SYN or
+    its answer to ``loss``, unless a loss finding takes them over."""
+    th = lab.th
+    line = th.connection_setup_share * slo_ttft
+    if p.syn_drops:
+        late = syn_late(p)
+        if not lab.new_connections() or \
+                late[1] >= lab.config.probes[0].timeouts.connect:
+            # Pooled connections (few or no new ones in the window), or some that time out.
+            raise Ambiguous
+        return need(over(late, line))
+    dropped = stream_drop(p.loss, p.stream_loss)
+    if not dropped or lost:
+        return False
+    # A SYN or its answer lost: that connection opens a second late (twice: rarer still).
+    if not need(over((SYN_RETRY[0], SYN_RETRY[0] + 0.1), line)) or not lab.new_connections():
+        return False
+    n_lo, n_hi = lab.probe_count(1.0)
+    first = 1 - (1 - dropped) ** 2
+    return need(drawn(n_lo, n_hi, first, first, 0.05))
+
+
 def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
     """Step 2 per carrier: path findings first (loss, route or RTT floor, jitter), then the
     probe's own (connection setup, stream stalls), each claiming in that order."""
@@ -590,15 +641,16 @@ def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
             add("rtt_floor", FIRST)
         if need(over((p.jitter / 2, p.jitter), th.jitter_seconds)):
             add("jitter", frozenset(("ttft", "tpot")), own=True)
+        lost = any(f.scope.get("carrier") == carrier and f.cause in (
+            "packet_loss", "peak_congestion") for f in out)
+        [mine] = [q for q in lab.config.probes if q.carrier == carrier]
+        if slow_setup(lab, p, mine.slo.ttft_p95_seconds or slo_ttft, lost):
+            f = Found("network", "connection_setup", {"carrier": carrier, "probe": mine.name},
+                      frozenset(("failures",)), NET_FAILS,
+                      [s for s in riders if s.probe == mine.name], own=True)
+            f.claim()
+            out.append(f)
         for s in riders:
-            # A setup that leaves the first token fast is no timeout's cause (its own
-            # connect failures are the loss's here: a SYN lost twice).
-            if s.open & FIRST:
-                ttft_lo = max(eng["ttft"][0] + p.delay - p.jitter,
-                              slo_ttft if "ttft" in s.open else 0.0)
-                connect = (p.delay - p.jitter, p.delay + p.jitter + (1.0 if p.loss else 0.0))
-                if need(over(connect, th.connection_setup_share * ttft_lo)):
-                    add("connection_setup", FIRST | {"failures"}, [s], probe_scope(s))
             stalled = over((p.stall, p.stall), th.stall_seconds)
             if "tpot" in s.open and need(stalled) and not need(over(eng["itl"], slo_tpot)):
                 add("stream_stalls", frozenset(("tpot",)), [s], probe_scope(s))

@@ -96,7 +96,8 @@ def quiet(lab: Lab) -> bool:
         for carrier in CARRIERS:
             p = lab.scenario.path(carrier)
             rtt = (p.delay * 0.9, p.delay * 1.1 + p.jitter + 0.005)
-            if (p.hops is not None and p.hops != list(DEFAULT_HOPS[carrier])) or need(
+            if (p.hops is not None and p.hops != list(DEFAULT_HOPS[carrier])) or p.syn_drops \
+                    or need(
                     drawn(n, n, p.loss, p.loss, th.loss_ratio) if p.loss else False) or need(
                     over((rtt[0] * th.rtt_round_trips, rtt[1] * th.rtt_round_trips),
                          th.rtt_budget_share * slo_ttft)) or need(
@@ -147,6 +148,13 @@ def net_peak(rng: random.Random, spec: Spec, carrier: str) -> None:
 def net_stall(rng: random.Random, spec: Spec, carrier: str) -> None:
     _nested(spec, "paths", carrier).update(stall=_dur(rng.uniform(0.1, 4.0)),
                                            stall_after=rng.randint(4, 10))
+
+
+def net_syn(rng: random.Random, spec: Spec, carrier: str) -> None:
+    """The first SYN of every connection to one carrier's entry dropped, with probes 3-6 s
+    apart so that each opens a connection of its own (an idle one is kept 2.5 s)."""
+    _nested(spec, "paths", carrier)["syn_drops"] = 1
+    _nested(spec, "probes")["interval"] = _dur(rng.uniform(3, 6))
 
 
 def net_route(rng: random.Random, spec: Spec, carrier: str, th: Thresholds) -> None:
@@ -374,7 +382,7 @@ def app_load(rng: random.Random, spec: Spec) -> None:
 
 NETWORK: dict[str, Callable[..., None]] = {
     "delay": net_delay, "jitter": net_jitter, "loss": net_loss, "stall": net_stall,
-    "route": net_route, "peak": net_peak}
+    "route": net_route, "peak": net_peak, "syn": net_syn}
 #: Which network knobs may pair with another in a double (the peak compares the whole run
 #: with its off-peak phase, so the model decides it alone).
 NET_PAIRS = tuple(k for k in NETWORK if k != "peak")
@@ -502,7 +510,7 @@ def generate(seed: int, n: int) -> list[Scenario]:
     return out
 
 
-DURATIONS = {"baseline", "settle", "delay", "jitter", "stall", "connect", "first_token",
+DURATIONS = {"baseline", "settle", "delay", "jitter", "stall", "connect", "first_token", "interval",
              "total"}
 
 

@@ -176,6 +176,10 @@ class CarrierPath(StrictModel):
     #: is clean, as on carriers that prioritise ICMP. ``loss`` drops where the sender's own
     #: stack retries, which no segment counter sees (tests/test_probe_tcp_lab.py).
     stream_loss: Ratio = 0.0
+    #: The first SYNs of every new connection to the carrier's entry dropped as they arrive
+    #: (a SYN-flood guard, a full accept queue): each costs the client's kernel a retry a
+    #: second or more later, so connections open late while echoes and streams are clean.
+    syn_drops: Annotated[int, Field(ge=0, le=2)] = 0
     #: The route once the scenario applies; absent: the carrier's default route.
     hops: list[str] | None = None
     stall: Duration = 0.0  # a gap in each streamed answer, network side

@@ -5,7 +5,7 @@ router namespaces whose addresses come from the route table's CIDRs.
     client ──(direct link)────────────────────────────────────────────── site :SIM
       │                                                                   │
       └── router(s) ── carrier ns: ICMP responder, delay proxy :8000 ─────┘
-            (hops)      nftables drops on :8000; target address T
+            (hops)      nftables drops on :8000 (loss, SYNs); target address T
                         (stream_loss: drops on arrival here and in the client)
 
 A probe tagged with a carrier targets the carrier's address T: its TCP crosses the routers,
@@ -139,7 +139,7 @@ class CarrierLab:
         return addrs
 
     def shape(self, carrier: str, path: CarrierPath, seed: int) -> None:
-        """Give the carrier this delay, jitter, loss, stream loss and stall (restarting the responder and
+        """Give the carrier this delay, jitter, loss, stream loss, SYN drops and stall (restarting the responder and
         the proxy, which take their settings at start; open connections are cut)."""
         c = self.carriers[carrier]
         for proc in (c.responder.proc if c.responder else None, c.proxy):
@@ -151,6 +151,7 @@ class CarrierLab:
             c.ns, f"0.0.0.0:{PROXY_PORT}", f"{c.site_side}:{self.sim_port}",
             path.delay, path.jitter, seed=seed, stall=path.stall, stall_after=path.stall_after)
         self.lab.tcp_drops(c.ns, PROXY_PORT, path.loss_percent)
+        self.lab.syn_drops(c.ns, PROXY_PORT, path.syn_drops)
         # Stream-only loss at both ends of the probe's connection (the client namespace is
         # shared by the carriers: its table is this carrier's, matched on its address).
         self.lab.arrival_drops(c.ns, "streamloss", f"tcp dport {PROXY_PORT}",

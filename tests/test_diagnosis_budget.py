@@ -213,3 +213,11 @@ def test_a_layer_the_config_leaves_out_is_not_a_blind_step_and_the_budget_says_w
                         tpot_mean=0.05, ttft_mean=0.3)
     doc = diagnose(replace(stream, gpus=()))
     assert "the engine makes each token in 45 ms of its 50 ms mean" in doc.verdicts[0].summary
+
+
+def test_drafts_seldom_accepted_off_peak_have_nothing_to_lose() -> None:
+    # Sampled traffic rejects ngram drafts: 10% off-peak, none now, is no change of text.
+    low = diagnose(with_engine(healthy(), spec_acceptance=0.0, spec_acceptance_baseline=0.1))
+    assert "spec_decode" not in {v.cause for v in low.verdicts}, render(low)
+    fell = diagnose(with_engine(healthy(), spec_acceptance=0.0, spec_acceptance_baseline=0.9))
+    assert [v.cause for v in fell.verdicts] == ["spec_decode"], render(fell)

@@ -257,6 +257,10 @@ class DiagnosisConfig(StrictModel):
     # A prefix cache that hit at least this share of prompt tokens off-peak and now hits
     # drift_ratio times less, while prefill per request grew: the prompts stopped sharing.
     prefix_hit_min: Ratio = 0.2
+    # Speculative drafts accepted at least this share of the time off-peak and now
+    # drift_ratio times less: under it, drafts were mostly rejected already (sampled
+    # traffic), so a fall to none says nothing.
+    spec_acceptance_min: Ratio = 0.2
 
     @model_validator(mode="after")
     def _window_in_history(self) -> DiagnosisConfig:

@@ -287,7 +287,7 @@ SPEC_DECODE = Cause(
         " and per model before and after the change.",
     ),
     absorbs=(SLOW_DECODE,), pages=("LLMEngineSpecDecodeAcceptance",),
-    thresholds=("diagnosis.drift_ratio",))
+    thresholds=("diagnosis.spec_acceptance_min", "diagnosis.drift_ratio"))
 KV_TRANSFER = Cause(
     "engine", "kv_transfer",
     "the KV handover from a prefill instance to this decode instance takes the first token's "

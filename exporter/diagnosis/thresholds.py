@@ -63,6 +63,7 @@ class Thresholds:
     frontend_share: float = 0.5
     kv_transfer_share: float = 0.5
     prefix_hit_min: float = 0.2
+    spec_acceptance_min: float = 0.2
 
     def route_rank(self, route_class: str) -> int:
         """Position in the configured order, best first; unknown classes rank last."""
@@ -114,4 +115,5 @@ def resolve(config: Config) -> Thresholds:
         frontend_share=pick(d.frontend_share, al.frontend_share_ratio),
         kv_transfer_share=pick(d.kv_transfer_share, al.kv_transfer_share_ratio),
         prefix_hit_min=d.prefix_hit_min,
+        spec_acceptance_min=d.spec_acceptance_min,
     )

@@ -141,7 +141,8 @@ def stream(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:
     yields fewer tokens, whatever the engine's per-step gaps say."""
     e, drift = st.engine, case.thresholds.drift_ratio
     now, base = e.spec_acceptance, e.spec_acceptance_baseline
-    if now is None or not base or now * drift >= base:
+    if now is None or base is None or base < case.thresholds.spec_acceptance_min \
+            or now * drift >= base:
         return None
     ev = [case.evidence(ACCEPTANCE, now, lab, base / drift, base)]
     return Why(SPEC_DECODE, f"Engine {e.engine}'s draft tokens are accepted {pct(now)} of the "

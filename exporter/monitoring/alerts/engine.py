@@ -246,12 +246,13 @@ def drift_alerts(config: Config) -> list[Alert]:
         Alert(
             "LLMEngineSpecDecodeAcceptance",
             f"{now(accepted, drafted)}\n< {before(accepted, drafted)} / {drift}\n"
+            f"and\n{before(accepted, drafted)} >= {num(dg.spec_acceptance_min)}\n"
             f"and\n{history(drafted)}",
             "warning",
             "Speculative decoding's draft tokens are accepted far less than usual.",
             f"{MODEL_TEXT} accepts {VALUE_PERCENT} of its draft tokens over the last "
-            f"{w.range} (threshold: 1/{drift} of its acceptance off-peak before them): each step "
-            "yields fewer tokens.",
+            f"{w.range} (threshold: 1/{drift} of its acceptance off-peak before them, itself at "
+            f"least {pct(dg.spec_acceptance_min)}): each step yields fewer tokens.",
             "10m",
         ),
     ]

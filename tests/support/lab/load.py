@@ -1,6 +1,6 @@
 """Background load on the engine: other users' requests, bounded in count and time.
 
-    python -m tests.support.lab.load URL [--model NAME] --phase SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY[:SYSTEM_TOKENS:shared|unique] ...
+    python -m tests.support.lab.load URL [--model NAME] --phase SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY[:SYSTEM_TOKENS:shared|unique[:TEMPERATURE]] ...
 
 Phases run one after the other; in each, requests start at a fixed spacing of 1/RATE
 (open loop, so an engine past its capacity builds a queue, as real traffic does) while
@@ -34,12 +34,15 @@ class Phase:
     concurrency: int
     system_tokens: int = 0
     unique: bool = False
+    temperature: float | None = None
 
 
 def phase(text: str) -> Phase:
-    s, r, p, m, c, *system = text.split(":")
-    tokens, mode = (int(system[0]), system[1]) if system else (0, "shared")
-    return Phase(float(s), float(r), int(p), int(m), int(c), tokens, mode == "unique")
+    s, r, p, m, c, *rest = text.split(":")
+    tokens, mode = (int(rest[0]), rest[1]) if rest else (0, "shared")
+    temperature = float(rest[2]) if len(rest) > 2 and rest[2] else None
+    return Phase(float(s), float(r), int(p), int(m), int(c), tokens, mode == "unique",
+                 temperature)
 
 
 #: One token per word for both engines: the simulator counts a token per four characters
@@ -54,9 +57,10 @@ def body(n: int, p: Phase, model: str) -> bytes:
         head = f"t{n} " if p.unique else ""
         system = " ".join([FILLER] * max(1, p.system_tokens - 1))
         messages.insert(0, {"role": "system", "content": head + system})
+    sampling = {} if p.temperature is None else {"temperature": p.temperature}
     return json.dumps({
         "model": model, "stream": True, "max_tokens": p.max_tokens,
-        "ignore_eos": True, "messages": messages,
+        "ignore_eos": True, "messages": messages, **sampling,
     }).encode()
 
 
@@ -117,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("url")
     ap.add_argument("--model", default="simulated-model", help="the model the engine serves")
     ap.add_argument("--phase", type=phase, action="append", required=True,
-                    help="SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY")
+                    help="SECONDS:RATE:PROMPT_TOKENS:MAX_TOKENS:CONCURRENCY"
+                         "[:SYSTEM_TOKENS:shared|unique[:TEMPERATURE]]")
     args = ap.parse_args(argv)
     phases = [p for p in args.phase if p.seconds > 0]
     sent = asyncio.run(run(args.url, phases, args.model))

@@ -306,7 +306,8 @@ class LabRun(NetRun):
             f"http://127.0.0.1:{SIM_PORT}/v1/chat/completions",
             f"--model={MODELS[s.engine.kind]}",
             *(f"--phase={sec}:{p.rate}:{p.prompt_tokens}:{p.max_tokens}:{p.concurrency}"
-              f":{p.system_prompt_tokens}:{p.system_prompt}" for sec, p in phases)]))
+              f":{p.system_prompt_tokens}:{p.system_prompt}"
+              f":{'' if p.temperature is None else p.temperature}" for sec, p in phases)]))
 
     def rerun(self, scenario: Scenario, idle_timeout: float = 120) -> None:
         """Make the lab ``scenario``'s, on the engine already running (started again if a

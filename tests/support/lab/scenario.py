@@ -160,6 +160,9 @@ class Load(StrictModel):
     #: of a system prompt makes: every request misses the cache).
     system_prompt_tokens: Annotated[int, Field(ge=0, le=100_000)] = 0
     system_prompt: Literal["shared", "unique"] = "shared"
+    #: The users' sampling temperature (0: greedy); absent, the engine's default. A real
+    #: vLLM's ngram drafts match a greedy answer and seldom a sampled one.
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
 
     @property
     def tokens(self) -> int:

@@ -57,7 +57,8 @@ def test_the_folder_covers_the_issue_on_one_engine() -> None:
     assert len(engines) == 1 and scenarios["overload"].engine.kind == "vllm", engines
     assert scenarios["overload"].engine.flags["max_num_seqs"] == 2
     # Speculative decoding on for all: spec-decode's drafts, the others' healthy beside it.
-    assert json.loads(scenarios["overload"].engine.flags["speculative_config"])["method"] == "ngram"
+    assert json.loads(str(scenarios["overload"].engine.flags["speculative_config"]))[
+        "method"] == "ngram"
     assert scenarios["overload"].load.concurrency > 2  # more streams than batch slots
     assert all(s.sources == ["exporter", "prometheus"] for s in scenarios.values())
     targets = {c: f"198.18.{10 + i}.1" for i, c in enumerate(CARRIERS)}

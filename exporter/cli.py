@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from exporter import __version__
 from exporter.checks import build_checks
+from exporter.checks.host.check import HostCheck
 from exporter.commands import AddParser, Command
 from exporter.config.load import load_config
 from exporter.config.models import Config, ServerConfig
@@ -58,7 +59,8 @@ def _or_exit(step: Callable[[], _T]) -> _T:
 def require_checks(config: Config, allow_empty: bool) -> Config:
     """An empty or truncated file must not pass for "nothing to do": the exporter would
     serve no checks and say Ready, and a reload would silently drop every check."""
-    if not allow_empty and not build_checks(config):
+    # The host check is on by default: alone it measures nothing of the latency.
+    if not allow_empty and not [c for c in build_checks(config) if c.kind != HostCheck.kind]:
         raise ConfigError([
             f"{config.where()}: configures no checks (engines, probes, paths, gpu or clients);"
             " pass --allow-empty if that is intended"

@@ -90,7 +90,9 @@ def config_for(tmp_path: Path, ports: list[int], files: dict[str, list[str]],
         write(tmp_path / f"{name}.txt", *lines)
     carriers = "".join(f"    {name}: {name}.txt\n" for name in files)
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(f"clients:\n  interval: 5s\n  ports: {ports}\n{extra}  carriers:\n{carriers}")
+    # The host check off: the tests read the one clients check.
+    cfg.write_text(f"host: {{enabled: false}}\nclients:\n  interval: 5s\n  ports: {ports}\n"
+                   f"{extra}  carriers:\n{carriers}")
     return cfg
 
 

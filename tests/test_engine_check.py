@@ -113,7 +113,8 @@ async def engine() -> AsyncIterator[FakeEngine]:
 
 
 def config(*entries: str) -> str:
-    return "engines:\n" + "".join(entries)
+    """Engines only: the host check, on by default, off."""
+    return "host: {enabled: false}\nengines:\n" + "".join(entries)
 
 
 def entry(name: str, url: str, extra: str = "") -> str:
@@ -498,7 +499,7 @@ async def test_configured_type_wins_over_detection(engine: FakeEngine) -> None:
 def test_registered_in_factories() -> None:
     assert FACTORIES["engines"] is engine_mod.build
     cfg = parse_config(config(entry("e", "http://127.0.0.1:1/metrics")))
-    assert build_checks(parse_config("")) == []
+    assert build_checks(parse_config("host: {enabled: false}")) == []
     checks = build_checks(cfg)
     assert [c.name for c in checks] == ["engine/e"]
     assert checks[0].interval == 5.0

@@ -94,7 +94,7 @@ async def test_every_simulator_format_equals_source_bucket_by_bucket(
     engine_type = "vllm" if fmt == "vllm-legacy" else fmt
     exporter_port = free_port()
     config = parse_config(
-        f"server: {{listen_address: '127.0.0.1:{exporter_port}'}}\n"
+        f"server: {{listen_address: '127.0.0.1:{exporter_port}'}}\nhost: {{enabled: false}}\n"
         f"engines:\n  - {{name: sim, url: '{metrics_url}', type: {engine_type}, interval: 1h}}\n"
     )
     app = App(config, "test.yaml")

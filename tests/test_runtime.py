@@ -68,7 +68,7 @@ def runs(text: str, check: str, outcome: str) -> float:
 
 def test_every_check_package_registers_and_runs_in_config_order() -> None:
     order = list(Config.model_fields)
-    assert list(checks_pkg.FACTORIES) == ["engines", "probes", "paths", "gpu", "clients"]
+    assert list(checks_pkg.FACTORIES) == ["engines", "probes", "paths", "gpu", "host", "clients"]
     assert list(checks_pkg.FACTORIES) == sorted(checks_pkg.FACTORIES, key=order.index)
 
 

@@ -318,6 +318,20 @@ class GpuConfig(StrictModel):
     devices: list[Annotated[int, Field(ge=0)]] | None = None
 
 
+class HostConfig(StrictModel):
+    """The host under the engine: pressure, memory, swap, CPU (docs/host.md). On by default;
+    a host without the kernel's PSI files publishes the rest."""
+
+    enabled: bool = True
+    interval: Duration = 5.0
+    #: The engine's cgroup (cgroup v2, as in the ``0::`` line of /proc/<pid>/cgroup, e.g.
+    #: /system.slice/vllm.service): its own pressure and CPU.
+    engine_cgroup: str | None = None
+    #: Or the engine's processes by name (/proc/<pid>/comm, case-insensitive prefix, e.g.
+    #: vllm): the cgroup of the first found, each run.
+    engine_process: Annotated[str, Field(min_length=1, max_length=15)] | None = None
+
+
 class Config(StrictModel):
     server: ServerConfig = ServerConfig()
     peak_windows: PeakWindowsConfig = PeakWindowsConfig()
@@ -326,6 +340,7 @@ class Config(StrictModel):
     probes: list[ProbeConfig] = Field(default_factory=list)
     paths: PathsConfig | None = None
     gpu: GpuConfig | None = None
+    host: HostConfig = HostConfig()
     clients: ClientsConfig | None = None
     alerting: AlertingConfig = AlertingConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()

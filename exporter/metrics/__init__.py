@@ -17,4 +17,5 @@ from exporter.metrics.probe import *  # noqa: F403
 from exporter.metrics.engine import *  # noqa: F403
 from exporter.metrics.path import *  # noqa: F403
 from exporter.metrics.clients import *  # noqa: F403
+from exporter.metrics.host import *  # noqa: F403
 from exporter.metrics.diagnosis import *  # noqa: F403

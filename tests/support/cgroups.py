@@ -60,3 +60,39 @@ class CpuCap:
             with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                 (self.parent / "cgroup.procs").write_text(line)
         os.rmdir(self.path)
+
+
+def v2_root() -> Path | None:
+    """The cgroup v2 hierarchy: the mount itself (pure v2) or ``unified`` beside v1."""
+    for root in (ROOT, ROOT / "unified"):
+        if (root / "cgroup.controllers").exists():
+            return root
+    return None
+
+
+class Group:
+    """A cgroup v2 group the test creates, holding ``pid``, until ``release()``: what the
+    host check reads an engine's pressure and CPU from (on a hybrid host a process sits in
+    a v2 group and the v1 ``cpu`` one at once)."""
+
+    def __init__(self, pid: int, name: str) -> None:
+        root = v2_root()
+        if root is None:
+            raise OSError(f"no cgroup v2 hierarchy under {ROOT}")
+        self.root = root
+        self.path = root / name
+        self.path.mkdir()
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    @property
+    def name(self) -> str:
+        """The path as /proc/<pid>/cgroup's ``0::`` line writes it."""
+        return "/" + str(self.path.relative_to(self.root))
+
+    def release(self) -> None:
+        if not self.path.exists():
+            return
+        for line in (self.path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                (self.root / "cgroup.procs").write_text(line)
+        os.rmdir(self.path)

@@ -41,6 +41,8 @@ from tests.support.samples import find, parse, value
 
 GPU_FAMILIES = [f for f in metrics.SCHEMA.values() if f.section == "gpu"]
 PER_GPU = {f.name for f in GPU_FAMILIES if "gpu" in f.labels}
+#: Only on GPUs with NVLink (the fake's H200 and A100 have it).
+NVLINK_ONLY = {metrics.GPU_NVLINK_UP.name, metrics.GPU_NVLINK_ERRORS.name}
 GPM_ONLY = {
     metrics.GPU_DRAM_BANDWIDTH_UTILIZATION.name,
     metrics.GPU_SM_ACTIVE.name,
@@ -245,6 +247,8 @@ def test_eight_mixed_gpus_values_match_the_fake(make: MakeSampler, clock: FakeCl
             expected -= {"llm_gpu_ecc_errors_total"}
         if not f.processes:
             expected -= {"llm_gpu_process_memory_bytes"}
+        if f.nvlink is None:
+            expected -= NVLINK_ONLY
         assert s.names(i) == expected, (f.name, expected ^ s.names(i))
 
     def peak(i: int) -> tuple[str, Any]:
@@ -261,6 +265,26 @@ def test_eight_mixed_gpus_values_match_the_fake(make: MakeSampler, clock: FakeCl
     ((labels, bandwidth),) = s.find("llm_gpu_memory_bandwidth_bytes_per_second", gpu="7")
     assert labels["peak_source"] == "clock_x_bus_width"
     assert bandwidth == pytest.approx(0.80 * 2619e6 * 2 * 6144 / 8)
+
+
+def test_a_narrow_pcie_link_and_a_down_nvlink_show(make: MakeSampler, clock: FakeClock) -> None:
+    fake, sampler = make()
+    h200 = fake.gpus[0]
+    h200.pcie_width, h200.pcie_replays = 8, 41  # a x16 card trained at x8
+    assert h200.nvlink is not None
+    h200.nvlink[5] = False
+    s = two_ticks(sampler, clock)
+    assert s.get("llm_gpu_pcie_link_width", gpu="0") == 8
+    assert s.get("llm_gpu_pcie_link_width_max", gpu="0") == 16
+    assert s.get("llm_gpu_pcie_replays_total", gpu="0") == 41
+    assert s.get("llm_gpu_pcie_link_generation", gpu="2") == 4
+    links = {lab["link"]: v for lab, v in s.find("llm_gpu_nvlink_up", gpu="0")}
+    assert len(links) == 18 and links["5"] == 0 and links["4"] == 1
+    assert s.get("llm_gpu_nvlink_errors_total", gpu="0", link="3", kind="replay") == 12
+    assert s.get("llm_gpu_nvlink_errors_total", gpu="0", link="5", kind="replay") is None
+    # Without NVLink, link 0 answers NotSupported once and is not asked again.
+    assert not s.find("llm_gpu_nvlink_up", gpu="3")
+    assert fake.calls["nvmlDeviceGetNvLinkState"] == 2 * (18 + 1) + 2 * (12 + 1) + 6
 
 
 def test_a100_has_everything_but_gpm(make: MakeSampler, clock: FakeClock) -> None:
@@ -315,7 +339,7 @@ def test_not_supported_drops_only_that_series(make: MakeSampler, clock: FakeCloc
     s = two_ticks(sampler, clock)
     assert s.get("llm_gpu_power_watts", gpu="1") is None  # absent, never 0
     assert s.get("llm_gpu_temperature_celsius", gpu="1") is None
-    assert s.names(1) == PER_GPU - {
+    assert s.names(1) == PER_GPU - NVLINK_ONLY - {
         "llm_gpu_power_watts",
         "llm_gpu_temperature_celsius",
         "llm_gpu_xid_errors_total",

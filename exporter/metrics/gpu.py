@@ -134,6 +134,60 @@ GPU_PCIE_TX = define(
     GPU_LABELS,
     section="gpu",
 )
+GPU_PCIE_LINK_GENERATION = define(
+    "llm_gpu_pcie_link_generation",
+    Kind.GAUGE,
+    "PCIe generation the GPU's link runs at now (it may train down when idle to save power).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_PCIE_LINK_GENERATION_MAX = define(
+    "llm_gpu_pcie_link_generation_max",
+    Kind.GAUGE,
+    "Highest PCIe generation the GPU and the slot's path to it support.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_PCIE_LINK_WIDTH = define(
+    "llm_gpu_pcie_link_width",
+    Kind.GAUGE,
+    "PCIe lanes the GPU's link runs with now: under its max, the link trained narrower "
+    "(a x16 card at x8 halves host-to-GPU bandwidth).",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_PCIE_LINK_WIDTH_MAX = define(
+    "llm_gpu_pcie_link_width_max",
+    Kind.GAUGE,
+    "Most PCIe lanes the GPU's link supports.",
+    GPU_LABELS,
+    section="gpu",
+)
+GPU_PCIE_REPLAYS = define(
+    "llm_gpu_pcie_replays_total",
+    Kind.COUNTER,
+    "PCIe packets the link had to replay (a transmission error) since the driver loaded.",
+    GPU_LABELS,
+    section="gpu",
+)
+#: Bounded values of ``kind`` on GPU_NVLINK_ERRORS (NVML's data-link error counters).
+NVLINK_ERROR_KINDS = ("replay", "recovery", "crc_flit", "crc_data")
+GPU_NVLINK_UP = define(
+    "llm_gpu_nvlink_up",
+    Kind.GAUGE,
+    "1 while the NVLink link is active, 0 while down; one series per link NVML reports "
+    "(none on a GPU without NVLink).",
+    (*GPU_LABELS, "link"),
+    section="gpu",
+)
+GPU_NVLINK_ERRORS = define(
+    "llm_gpu_nvlink_errors_total",
+    Kind.COUNTER,
+    "NVLink data-link errors of an active link since the driver loaded, by kind: replay, "
+    "recovery, crc_flit, crc_data.",
+    (*GPU_LABELS, "link", "kind"),
+    section="gpu",
+)
 #: Bounded values of ``reason`` on GPU_CLOCK_EVENT (dcgm-exporter's names, so dashboards
 #: translate); the NVML sampler maps its clock-event bits onto these.
 GPU_CLOCK_EVENT_REASONS = (

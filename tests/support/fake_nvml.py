@@ -66,6 +66,15 @@ class FakeGpu:
     memory_bus_width: int = 0
     pcie_rx_kbs: int = 0
     pcie_tx_kbs: int = 0
+    pcie_gen: int = 5
+    pcie_gen_max: int = 5
+    pcie_width: int = 16
+    pcie_width_max: int = 16
+    pcie_replays: int = 0
+    #: Each NVLink's state (True: active); None: no NVLink (NotSupported).
+    nvlink: list[bool] | None = None
+    #: (link, NVML error counter) -> count; unlisted counters read 0.
+    nvlink_errors: dict[tuple[int, int], int] = field(default_factory=dict)
     clock_event_reasons: int = 0
     ecc_corrected: int | None = None  # None: no ECC (answers NotSupported)
     ecc_uncorrected: int | None = None
@@ -349,6 +358,49 @@ class FakeNvml:
         return OK
 
     @_device
+    def _c_nvmlDeviceGetCurrPcieLinkGeneration(self, gpu: FakeGpu, out: Any) -> int:
+        out._obj.value = gpu.pcie_gen
+        return OK
+
+    @_device
+    def _c_nvmlDeviceGetMaxPcieLinkGeneration(self, gpu: FakeGpu, out: Any) -> int:
+        out._obj.value = gpu.pcie_gen_max
+        return OK
+
+    @_device
+    def _c_nvmlDeviceGetCurrPcieLinkWidth(self, gpu: FakeGpu, out: Any) -> int:
+        out._obj.value = gpu.pcie_width
+        return OK
+
+    @_device
+    def _c_nvmlDeviceGetMaxPcieLinkWidth(self, gpu: FakeGpu, out: Any) -> int:
+        out._obj.value = gpu.pcie_width_max
+        return OK
+
+    @_device
+    def _c_nvmlDeviceGetPcieReplayCounter(self, gpu: FakeGpu, out: Any) -> int:
+        out._obj.value = gpu.pcie_replays
+        return OK
+
+    @_device
+    def _c_nvmlDeviceGetNvLinkState(self, gpu: FakeGpu, link: Any, out: Any) -> int:
+        if gpu.nvlink is None:
+            return NVML_ERROR_NOT_SUPPORTED
+        # pynvml passes the link and the counter as plain ints.
+        if not 0 <= link < len(gpu.nvlink):
+            return NVML_ERROR_INVALID_ARGUMENT  # as the driver answers past the GPU's links
+        out._obj.value = int(gpu.nvlink[link])
+        return OK
+
+    @_device
+    def _c_nvmlDeviceGetNvLinkErrorCounter(self, gpu: FakeGpu, link: Any, counter: Any,
+                                           out: Any) -> int:
+        if gpu.nvlink is None or not 0 <= link < len(gpu.nvlink):
+            return NVML_ERROR_INVALID_ARGUMENT
+        out._obj.value = gpu.nvlink_errors.get((link, counter), 0)
+        return OK
+
+    @_device
     def _c_nvmlDeviceGetCurrentClocksEventReasons(self, gpu: FakeGpu, out: Any) -> int:
         out._obj.value = gpu.clock_event_reasons
         return OK
@@ -511,6 +563,8 @@ def h200(uuid: str = "GPU-h200-0000") -> FakeGpu:
         gpm={N.NVML_GPM_METRIC_DRAM_BW_UTIL: 63.5, N.NVML_GPM_METRIC_SM_UTIL: 91.25,
              N.NVML_GPM_METRIC_SM_OCCUPANCY: 37.5, N.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.0},
         processes=[(4242, 120 * GiB), (4343, 6 * GiB)],
+        # 18 NVLinks, link 3 having replayed 12 packets.
+        nvlink=[True] * 18, nvlink_errors={(3, N.NVML_NVLINK_ERROR_DL_REPLAY): 12},
     )
 
 
@@ -538,6 +592,7 @@ def a100_80gb(uuid: str = "GPU-a100-0002") -> FakeGpu:
         sm_clock_mhz=1410, memory_clock_mhz=1593, max_memory_clock_mhz=1593, memory_bus_width=5120,
         pcie_rx_kbs=10_240, pcie_tx_kbs=5_120, clock_event_reasons=N.nvmlClocksEventReasonGpuIdle,
         ecc_corrected=7, ecc_uncorrected=0, gpm=None, processes=[(6001, 40 * GiB)],
+        pcie_gen=4, pcie_gen_max=4, nvlink=[True] * 12,
     )
 
 
@@ -581,7 +636,7 @@ def t4(uuid: str = "GPU-t4-00006") -> FakeGpu:
         energy_mj=9_000_000, temperature_c=52, sm_clock_mhz=1590, memory_clock_mhz=5000,
         max_memory_clock_mhz=5001, memory_bus_width=256, pcie_rx_kbs=300, pcie_tx_kbs=400,
         clock_event_reasons=N.nvmlClocksEventReasonSwThermalSlowdown, ecc_corrected=0,
-        ecc_uncorrected=0, processes=[(9001, 3 * GiB)],
+        ecc_uncorrected=0, processes=[(9001, 3 * GiB)], pcie_gen=3, pcie_gen_max=3,
     )
 
 

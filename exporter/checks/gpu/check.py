@@ -49,6 +49,11 @@ PLAIN_FAMILIES: tuple[Family, ...] = (
     metrics.GPU_SM_ACTIVE,
     metrics.GPU_SM_OCCUPANCY,
     metrics.GPU_TENSOR_ACTIVE,
+    metrics.GPU_PCIE_LINK_GENERATION,
+    metrics.GPU_PCIE_LINK_GENERATION_MAX,
+    metrics.GPU_PCIE_LINK_WIDTH,
+    metrics.GPU_PCIE_LINK_WIDTH_MAX,
+    metrics.GPU_PCIE_REPLAYS,
 )
 
 
@@ -77,6 +82,10 @@ def _samples(snap: Snapshot) -> Iterator[Sample]:
             yield metrics.GPU_XID_ERRORS, (*base, str(code)), float(count)
         for kind, count in g.ecc.items():
             yield metrics.GPU_ECC_ERRORS, (*base, kind), float(count)
+        for link, (active, errors) in sorted(g.nvlink.items()):
+            yield metrics.GPU_NVLINK_UP, (*base, str(link)), 1.0 if active else 0.0
+            for kind, count in errors.items():
+                yield metrics.GPU_NVLINK_ERRORS, (*base, str(link), kind), float(count)
         if g.peak is not None:
             yield metrics.GPU_MEMORY_BANDWIDTH_PEAK, (*base, g.peak[1]), g.peak[0]
             if g.bandwidth is not None:

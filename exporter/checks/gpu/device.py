@@ -22,6 +22,8 @@ from exporter.checks.gpu.nvml import (
     ECC_CALLS,
     GPM_METRICS,
     MEMORY_CALLS,
+    NVLINK_ERRORS,
+    NVLINK_MAX_LINKS,
     PROCESS_CALLS,
     SCALARS,
     Read,
@@ -94,6 +96,26 @@ def read_ecc(gpu: Gpu, missing: set[Read]) -> dict[str, int]:
         if count is not None:
             ecc[kind] = count
     return ecc
+
+
+def read_nvlink(gpu: Gpu, missing: set[Read]) -> dict[int, tuple[bool, dict[str, int]]]:
+    """Link -> (active, error counts by kind) of each NVLink the GPU answers for, from link
+    0 up to the first it does not (a GPU without NVLink answers none, once)."""
+    out: dict[int, tuple[bool, dict[str, int]]] = {}
+    for link in range(NVLINK_MAX_LINKS):
+        state = read(missing, gpu.unsupported, f"nvlink{link}", (N.nvmlDeviceGetNvLinkState,),
+                     gpu.handle, link)
+        if state is None:
+            break
+        errors: dict[str, int] = {}
+        if state:
+            for kind, counter in NVLINK_ERRORS:
+                count = read(missing, gpu.unsupported, f"nvlink{link}_{kind}",
+                             (N.nvmlDeviceGetNvLinkErrorCounter,), gpu.handle, link, counter)
+                if count is not None:
+                    errors[kind] = count
+        out[link] = (bool(state), errors)
+    return out
 
 
 def read_peak(gpu: Gpu, missing: set[Read]) -> tuple[float, str] | None:

@@ -130,7 +130,23 @@ SCALARS: tuple[tuple[str, tuple[Read, ...], Family, float], ...] = (
     ("memory_clock", (_memory_clock,), metrics.GPU_MEMORY_CLOCK, 1e6),
     ("pcie_rx", (_pcie_rx,), metrics.GPU_PCIE_RX, PCIE_KB),  # KB/s
     ("pcie_tx", (_pcie_tx,), metrics.GPU_PCIE_TX, PCIE_KB),
+    ("pcie_gen", (N.nvmlDeviceGetCurrPcieLinkGeneration,), metrics.GPU_PCIE_LINK_GENERATION,
+     1.0),
+    ("pcie_gen_max", (N.nvmlDeviceGetMaxPcieLinkGeneration,),
+     metrics.GPU_PCIE_LINK_GENERATION_MAX, 1.0),
+    ("pcie_width", (N.nvmlDeviceGetCurrPcieLinkWidth,), metrics.GPU_PCIE_LINK_WIDTH, 1.0),
+    ("pcie_width_max", (N.nvmlDeviceGetMaxPcieLinkWidth,), metrics.GPU_PCIE_LINK_WIDTH_MAX,
+     1.0),
+    ("pcie_replays", (N.nvmlDeviceGetPcieReplayCounter,), metrics.GPU_PCIE_REPLAYS, 1.0),
 )
+#: NVML's NVLink error counters, in the order of metrics.NVLINK_ERROR_KINDS.
+NVLINK_ERRORS = tuple(zip(
+    metrics.NVLINK_ERROR_KINDS,
+    (N.NVML_NVLINK_ERROR_DL_REPLAY, N.NVML_NVLINK_ERROR_DL_RECOVERY,
+     N.NVML_NVLINK_ERROR_DL_CRC_FLIT, N.NVML_NVLINK_ERROR_DL_CRC_DATA),
+    strict=True))
+#: Links NVML numbers at most (a GPU answers for the ones it has).
+NVLINK_MAX_LINKS = N.NVML_NVLINK_MAX_LINKS
 MEMORY_CALLS = (_memory_v2, _memory_v1)
 CLOCK_EVENT_CALLS = (
     N.nvmlDeviceGetCurrentClocksEventReasons,

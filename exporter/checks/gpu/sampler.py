@@ -30,6 +30,7 @@ from exporter.checks.gpu.device import (
     read_clock_events,
     read_ecc,
     read_gpm,
+    read_nvlink,
     read_peak,
     read_values,
     top_processes,
@@ -285,6 +286,7 @@ class NvmlSampler:
         values = read_values(gpu, s.missing)
         clock_events = read_clock_events(gpu, s.missing)
         ecc = read_ecc(gpu, s.missing)
+        nvlink = read_nvlink(gpu, s.missing)
         values.update(read_gpm(gpu, s.missing, self._clock))
         if not gpu.peak_done:
             gpu.peak = read_peak(gpu, s.missing)
@@ -301,6 +303,7 @@ class NvmlSampler:
             values=values,
             clock_events=clock_events,
             ecc=ecc,
+            nvlink=nvlink,
             xid=self._xid_of(gpu),
             peak=gpu.peak,
             bandwidth=bandwidth,

@@ -26,6 +26,8 @@ class GpuReading:
     clock_events: Mapping[str, bool] = field(default_factory=dict)
     ecc: Mapping[str, int] = field(default_factory=dict)
     xid: Mapping[int, int] = field(default_factory=dict)
+    #: NVLink link -> (active, error counts by kind); empty without NVLink.
+    nvlink: Mapping[int, tuple[bool, Mapping[str, int]]] = field(default_factory=dict)
     #: (bytes/s, "spec" | "clock_x_bus_width")
     peak: tuple[float, str] | None = None
     bandwidth: float | None = None

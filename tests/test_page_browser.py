@@ -154,7 +154,7 @@ def test_live_page_in_chromium(
             "table.checks tr[data-check]", "els => els.map(e => [e.dataset.check,"
             " e.querySelector('.o').textContent, e.querySelector('.o').className])")
         assert {r[0] for r in rows} == {"engine/sim", "probe/chat", "path/loopback/simulator",
-                                        "route/loopback/simulator", "gpu/nvml"}
+                                        "route/loopback/simulator", "gpu/nvml", "host/local"}
         for check, outcome, css in rows:
             assert outcome == metrics.CHECK_SUCCESS and css == "o o-success", (check, outcome)
         tab.screenshot("live-page-1280")

@@ -136,7 +136,7 @@ async def test_engine_check_reads_the_live_server(vllm: VllmServer) -> None:
     source = await asyncio.to_thread(wait_idle, vllm)
     port = free_port()
     config = parse_config(
-        f"server: {{listen_address: '127.0.0.1:{port}'}}\n"
+        f"server: {{listen_address: '127.0.0.1:{port}'}}\nhost: {{enabled: false}}\n"
         f"engines:\n  - {{name: real, url: '{vllm.metrics_url}', interval: 1h}}\n"
     )
     app = App(config, "test.yaml")

@@ -12,6 +12,8 @@ import math
 import os
 from pathlib import Path
 
+from exporter.checks.host.procfs import Host
+
 ROOT = Path("/sys/fs/cgroup")
 #: CFS period, microseconds: a tenth of the kernel's default, so a capped process is slowed
 #: evenly (at the default a burst of a few ms runs at full speed until the quota is spent).
@@ -63,11 +65,8 @@ class CpuCap:
 
 
 def v2_root() -> Path | None:
-    """The cgroup v2 hierarchy: the mount itself (pure v2) or ``unified`` beside v1."""
-    for root in (ROOT, ROOT / "unified"):
-        if (root / "cgroup.controllers").exists():
-            return root
-    return None
+    """The cgroup v2 hierarchy, found as the host check finds it."""
+    return Host(cgroup=ROOT).v2_root()
 
 
 class Group:

@@ -233,9 +233,7 @@ def _stream_loss(case: Case, p: ProbeWindow, ps: ProbeSymptoms | None,
         return None
     riders = (ps,) if ps is not None else ()
     for f in findings:
-        if f.cause in (PACKET_LOSS, PEAK_CONGESTION) and p.carrier and \
-                f.scope.get("carrier") == p.carrier and \
-                _same(p.vantage, f.scope.get("vantage", "")):
+        if _carrier_loss(f, p):
             f.evidence.extend(evidence)
             f.probes = (*f.probes, *(r for r in riders if r not in f.probes))
             return None
@@ -250,6 +248,12 @@ def _stream_loss(case: Case, p: ProbeWindow, ps: ProbeSymptoms | None,
                     if e.metric == metrics.PROBE_TCP_SEGMENTS.name)
         + f" (threshold {pct(lines.loss_ratio)})",
         evidence, strength(worst, lines.loss_ratio, 0.7), riders, Standing.OVER_LINE)
+
+
+def _carrier_loss(f: Finding, p: ProbeWindow) -> bool:
+    """A loss finding on the probe's carrier, seen from its vantage point."""
+    return f.cause in (PACKET_LOSS, PEAK_CONGESTION) and bool(p.carrier) and \
+        f.scope.get("carrier") == p.carrier and _same(p.vantage, f.scope.get("vantage", ""))
 
 
 def _setup(case: Case, p: ProbeWindow, ps: ProbeSymptoms | None, findings: list[Finding],
@@ -281,10 +285,9 @@ def _setup(case: Case, p: ProbeWindow, ps: ProbeSymptoms | None, findings: list[
             return None
         ev.append(e)
     for f in findings:
-        if f.cause in (PACKET_LOSS, PEAK_CONGESTION) and p.carrier and (
-                f.scope.get("probe") == p.probe if "probe" in f.scope
-                else f.scope.get("carrier") == p.carrier
-                and _same(p.vantage, f.scope.get("vantage", ""))):
+        # The probe's own stream loss, or its carrier's.
+        own = f.cause is PACKET_LOSS and bool(p.carrier) and f.scope.get("probe") == p.probe
+        if own or ("probe" not in f.scope and _carrier_loss(f, p)):
             f.evidence.extend(ev)
             return None
     if slow:

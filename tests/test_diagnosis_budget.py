@@ -221,3 +221,24 @@ def test_drafts_seldom_accepted_off_peak_have_nothing_to_lose() -> None:
     assert "spec_decode" not in {v.cause for v in low.verdicts}, render(low)
     fell = diagnose(with_engine(healthy(), spec_acceptance=0.0, spec_acceptance_baseline=0.9))
     assert [v.cause for v in fell.verdicts] == ["spec_decode"], render(fell)
+
+
+def test_a_queue_behind_rejected_drafts_is_theirs() -> None:
+    # Drafts rejected: each answer takes more steps and holds its batch slot longer, so at
+    # the same load a queue forms. One verdict, which explains the first tokens too.
+    spec = dict(spec_acceptance=0.05, spec_acceptance_baseline=0.9)
+    doc = diagnose(all_probes(with_engine(healthy(), **spec, queue_seconds=900.0, waiting=3.0,
+                                          ttft_p95=2.4), ttft_p95=2.6, tpot_p95=0.22))
+    assert [v.cause for v in doc.verdicts] == ["spec_decode"], render(doc)
+    v = doc.verdicts[0]
+    assert set(v.symptoms) >= {"ttft", "tpot"} and "requests queue" in v.summary, render(doc)
+    assert QUEUE_SHARE in {e.metric for e in v.evidence}
+    assert not unmatched([{"alertname": "LLMEngineCapacityBound", "target": "main"},
+                          {"alertname": "LLMEngineSpecDecodeAcceptance", "target": "main"}],
+                         [doc.to_json()["verdicts"][0]])
+    # Without a queue it explains the stream alone: a slow first token is someone else's.
+    doc = diagnose(all_probes(with_engine(healthy(), **spec, ttft_p95=2.0,
+                                          prefill_seconds=600.0), ttft_p95=2.6, tpot_p95=0.22))
+    assert [v.cause for v in doc.verdicts][:2] == ["spec_decode", "slow_prefill"], render(doc)
+    assert doc.verdicts[0].symptoms == ("tpot",)
+

@@ -53,6 +53,24 @@ def test_stream_loss_joins_the_paths_loss_finding() -> None:
     assert {e.metric for e in v.evidence} >= {metrics.PATH_LOSS.name, SEGMENTS}
 
 
+def test_a_stall_on_a_lossy_stream_is_the_loss_s() -> None:
+    """A stall of 240 ms on a stream that loses 7% of its segments is a retransmission
+    waiting out its timeout: one verdict, the loss's, with the stall in its evidence. The
+    same stall on a clean stream stays a stall on the way, and so does one on another
+    carrier's probe."""
+    stalled = dict(ttft_p95=0.4, tpot_p95=0.3, stalls=1, itl_p99=0.24)
+    d = diagnose(with_probe(healthy(), "chat-mobile", tcp_out_of_order_ratio=0.07, **stalled))
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("network", "packet_loss")], render(d)
+    v = d.verdicts[0]
+    assert "tpot" in v.symptoms and v.scope["probe"] == "chat-mobile"
+    assert metrics.PROBE_ITL.name in {e.metric for e in v.evidence}
+    d = diagnose(with_probe(healthy(), "chat-mobile", tcp_out_of_order_ratio=0.0, **stalled))
+    assert [v.cause for v in d.verdicts] == ["stream_stalls"], render(d)
+    d = diagnose(with_probe(with_probe(healthy(), "chat-mobile", **stalled), "chat-unicom",
+                            tcp_out_of_order_ratio=0.07))
+    assert sorted(v.cause for v in d.verdicts) == ["packet_loss", "stream_stalls"], render(d)
+
+
 def test_a_clean_stream_clears_the_network_for_its_probe() -> None:
     obs = with_probe(healthy(), "chat-mobile", ttft_p95=1.8, tcp_retransmit_ratio=0.001,
                      tcp_out_of_order_ratio=0.0)

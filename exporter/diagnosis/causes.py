@@ -102,6 +102,14 @@ class Cause:
 
 
 # --- network ------------------------------------------------------------------------------
+STREAM_STALLS = Cause(
+    "network", "stream_stalls",
+    "the client sees stalls while the engine emits tokens steadily", TPOT, DROPPED, (
+        "The engine emits tokens steadily: look between engine and client (gateway or "
+        "proxy buffering, load balancer idle timeouts, the carrier's path).",
+        "Disable response buffering on proxies for text/event-stream.",
+    ),
+    thresholds=("alerting.stall_seconds",))
 PACKET_LOSS = Cause(
     "network", "packet_loss",
     "the carrier's path to the target, or its users' own streams, lose packets over the line",
@@ -112,6 +120,8 @@ PACKET_LOSS = Cause(
         "Ask the provider for a CN2 GIA / CMIN2 / 9929 return route, or route this "
         "carrier's users through a better-peered entry point.",
     ),
+    # A stall on a lossy stream is a retransmission waiting out its timeout.
+    absorbs=(STREAM_STALLS,),
     pages=("LLMPathPacketLoss", "LLMProbeStreamPacketLoss", "LLMClientsRetransmissionHigh"),
     # A lost SYN waits for the kernel's retry: the late connections are the loss's.
     answers=("LLMProbeConnectionSetupSlow",),
@@ -154,7 +164,7 @@ PEAK_CONGESTION = Cause(
         "congested. Ask the provider for a premium (CN2 GIA / CMIN2) route.",
         "Shift this carrier's peak traffic to a better-peered entry or a second region.",
     ),
-    absorbs=(PACKET_LOSS,), answers=("LLMPathLossPeakDrift",),
+    absorbs=(PACKET_LOSS, STREAM_STALLS), answers=("LLMPathLossPeakDrift",),
     thresholds=("diagnosis.drift_ratio", "alerting.peak_drift_min_loss_ratio"),
     parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
 CONNECTION_SETUP = Cause(
@@ -173,14 +183,7 @@ CONNECTION_SETUP = Cause(
     pages=("LLMProbeConnectionSetupSlow",),
     thresholds=("diagnosis.connection_setup_share", "slo.ttft_p95_seconds"),
     parts=(BudgetPart.NETWORK, BudgetPart.REMAINDER))
-STREAM_STALLS = Cause(
-    "network", "stream_stalls",
-    "the client sees stalls while the engine emits tokens steadily", TPOT, DROPPED, (
-        "The engine emits tokens steadily: look between engine and client (gateway or "
-        "proxy buffering, load balancer idle timeouts, the carrier's path).",
-        "Disable response buffering on proxies for text/event-stream.",
-    ),
-    thresholds=("alerting.stall_seconds",))
+
 
 # --- engine -------------------------------------------------------------------------------
 DOWN = Cause(
@@ -279,14 +282,18 @@ PREFIX_CACHE_MISS = Cause(
 SPEC_DECODE = Cause(
     "engine", "spec_decode",
     "speculative decoding's draft tokens are accepted less, so each step yields fewer tokens",
-    TPOT, TIMEOUT, (
+    # Its own numbers explain the stream; the first token only through a queue it takes
+    # over (engine step: the finding is narrowed to TPOT until it does).
+    COMPUTE, TIMEOUT, (
         "The drafts no longer fit the text: ngram drafts need repetition, a draft model "
         "drifts from its target. Lower num_speculative_tokens, or serve this traffic without "
         "speculation.",
         "Compare acceptance per draft position (vllm:spec_decode_num_accepted_tokens_per_pos)"
         " and per model before and after the change.",
     ),
-    absorbs=(SLOW_DECODE,), pages=("LLMEngineSpecDecodeAcceptance",),
+    # Fewer tokens per step: each answer takes more steps and holds its batch slot longer,
+    # so a queue forms behind it at the same load.
+    absorbs=(SLOW_DECODE, QUEUEING), pages=("LLMEngineSpecDecodeAcceptance",),
     thresholds=("diagnosis.spec_acceptance_min", "diagnosis.drift_ratio"))
 KV_TRANSFER = Cause(
     "engine", "kv_transfer",

@@ -64,7 +64,9 @@ def diagnose(obs: Observations, thresholds: Thresholds | None = None) -> Diagnos
     for s in STEPS:
         outcome = s.evaluate(case)
         for f in outcome.findings:
-            f.claim()
+            # One its own step took over claims nothing: what it would is its taker's.
+            if not f.taken_over:
+                f.claim()
         case.findings.extend(outcome.findings)
         steps.append(outcome.step)
     healthy = steps[0].result is StepResult.RULED_OUT

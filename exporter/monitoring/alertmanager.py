@@ -89,10 +89,11 @@ INHIBITIONS: tuple[Inhibition, ...] = (
                _cause(causes.ROUTE_CHANGE)),
     Inhibition(DIAGNOSIS, ("LLMProbeConnectionSetupSlow",), ("probe", *WHERE),
                _cause(causes.CONNECTION_SETUP)),
-    # Causes that take over the queue: a KV handover or a prefill the cache no longer
-    # spares holds each request longer.
+    # Causes that take over the queue: a KV handover, a prefill the cache no longer spares
+    # or drafts rejected hold each request longer.
     Inhibition(DIAGNOSIS, ("LLMEngineCapacityBound",), ("target", *WHERE),
-               _cause(causes.QUEUEING, causes.KV_TRANSFER, causes.PREFIX_CACHE_MISS)),
+               _cause(causes.QUEUEING, causes.KV_TRANSFER, causes.PREFIX_CACHE_MISS,
+                      causes.SPEC_DECODE)),
     Inhibition(DIAGNOSIS, ("LLMEngineComputeBound",), ("target", *WHERE),
                _cause(causes.SLOW_PREFILL, causes.SLOW_DECODE)),
     Inhibition(DIAGNOSIS, ("LLMEngineKVCacheSaturated",), ("target", *WHERE),

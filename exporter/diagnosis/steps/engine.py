@@ -16,6 +16,7 @@ from exporter.diagnosis.causes import (
     SLOW_DECODE,
     SLOW_PREFILL,
     SPEC_DECODE,
+    TPOT,
     Cause,
 )
 from exporter.diagnosis.observations import EngineWindow
@@ -101,6 +102,7 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
     spec = budget.stream(case, st, lab)
     if spec is not None:
         add(spec.cause, spec.headline, spec.evidence, spec.strength, over_line=True)
+        out[-1].narrower = TPOT
     total = e.engine_seconds
     known = total is not None and e.requests >= 1 and total > 0
     exact = _exact_queue(case, st, lab)
@@ -134,6 +136,10 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
         taker = next((f for f in out if QUEUEING in f.cause.absorbs), None)
         if taker is not None:
             taker.evidence.extend(ev)
+            if taker.narrower is not None:  # a stream's cause: the queue's first tokens too
+                taker.narrower = None
+                taker.headline += ("; each answer takes more steps, and requests queue "
+                                   f"behind them ({pct(share)} {what})")
         elif queued:  # the queue is one rank's: the cause is the imbalance
             queued[0].evidence.extend(ev)
         else:

@@ -256,6 +256,15 @@ def _carrier_loss(f: Finding, p: ProbeWindow) -> bool:
         f.scope.get("carrier") == p.carrier and _same(p.vantage, f.scope.get("vantage", ""))
 
 
+def _loss_on_way(findings: list[Finding], p: ProbeWindow) -> Finding | None:
+    """The loss finding on the probe's way: its own stream's, or its carrier's."""
+    for f in findings:
+        own = f.cause is PACKET_LOSS and bool(p.carrier) and f.scope.get("probe") == p.probe
+        if own or ("probe" not in f.scope and _carrier_loss(f, p)):
+            return f
+    return None
+
+
 def _setup(case: Case, p: ProbeWindow, ps: ProbeSymptoms | None, findings: list[Finding],
            cleared: list[Evidence]) -> Finding | None:
     """A new connection's DNS, connect and TLS beyond the round trips they take (TCP's
@@ -284,12 +293,10 @@ def _setup(case: Case, p: ProbeWindow, ps: ProbeSymptoms | None, findings: list[
                 cleared.append(e)
             return None
         ev.append(e)
-    for f in findings:
-        # The probe's own stream loss, or its carrier's.
-        own = f.cause is PACKET_LOSS and bool(p.carrier) and f.scope.get("probe") == p.probe
-        if own or ("probe" not in f.scope and _carrier_loss(f, p)):
-            f.evidence.extend(ev)
-            return None
+    loss = _loss_on_way(findings, p)
+    if loss is not None:
+        loss.evidence.extend(ev)
+        return None
     if slow:
         assert p.connect_p95 is not None
         what = (f"New connections of the {p.probe} probe take {secs(p.connect_p95)} to open "
@@ -364,4 +371,10 @@ def evaluate(case: Case) -> Outcome:
             if found_p is not None:
                 decided = True
                 findings.append(found_p)
+    # A stall on a stream that loses packets is a retransmission waiting out its timeout
+    # (200 ms at least, doubling with each loss of the same segment).
+    for stall in [f for f in findings if f.cause is STREAM_STALLS]:
+        loss = _loss_on_way(findings, stall.probes[0].probe)
+        if loss is not None and STREAM_STALLS in loss.cause.absorbs:
+            loss.absorb(stall)
     return Outcome.of("network", findings, cleared + case.splits, decided)

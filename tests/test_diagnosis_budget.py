@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.diagnosis.causes import BudgetPart as P
-from exporter.diagnosis.causes import StreamPart as S
 from exporter.diagnosis.chain import diagnose
+from exporter.diagnosis.parts import BudgetPart as P
+from exporter.diagnosis.parts import StreamPart as S
 from exporter.diagnosis.remote import from_json
 from exporter.diagnosis.result import StepResult
 from exporter.diagnosis.steps.budget import FRONTEND_PART

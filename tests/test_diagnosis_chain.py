@@ -29,6 +29,7 @@ from tests.support.observations import (
     probe,
     with_engine,
     with_gpu,
+    with_host,
     with_path,
     with_probe,
 )
@@ -112,6 +113,14 @@ CASES: dict[str, tuple[Observations, str, dict[str, str]]] = {
     "memory_bandwidth": (with_gpu(all_probes(with_engine(healthy(), **SLOW_DECODE),
                                              tpot_p95=0.22), 0,
                                   dram_bandwidth_utilization=0.96), "gpu", {"gpu": "0"}),
+    # Another job takes the engine's CPUs: its steps slow and its GPUs idle.
+    "cpu_saturated": (with_gpu(with_host(all_probes(with_engine(healthy(), **SLOW_DECODE),
+                                                    tpot_p95=0.22), cpu=0.85),
+                               0, utilization=0.2), "host", {"engine": "main"}),
+    "memory_pressure": (with_host(all_probes(with_engine(healthy(), ttft_p95=2.0), **SLOW_ALL),
+                                  memory=0.4), "host", {"engine": "main"}),
+    "io_pressure": (with_host(all_probes(with_engine(healthy(), ttft_p95=2.0), **SLOW_ALL),
+                              io=0.7), "host", {"engine": "main"}),
     "long_prompts": (all_probes(with_engine(healthy(), ttft_p95=2.0, prompt_tokens_mean=6000.0,
                                             prompt_tokens_baseline=1500.0), **SLOW_ALL),
                      "application", {"engine": "main"}),
@@ -157,7 +166,7 @@ def test_healthy_at_moderate_values() -> None:
     for obs in (healthy(), fleet()):
         d = diagnose(obs)
         assert d.status == "healthy" and d.verdicts == (), render(d)
-        assert [s.result for s in d.steps] == ["ruled_out"] * 5
+        assert [s.result for s in d.steps] == ["ruled_out"] * 6
         assert "Healthy" in render(d)
         valid(d)
 
@@ -317,7 +326,7 @@ def test_nothing_to_judge_is_unknown() -> None:
     assert d.status == "unknown" and not d.verdicts
     assert "No data" in render(d)
     few = with_engine(all_probes(healthy(), requests=1), up=None)
-    d = diagnose(replace(few, paths=(), gpus=()))
+    d = diagnose(replace(few, paths=(), gpus=(), hosts=()))
     assert d.status == "unknown"
 
 
@@ -560,3 +569,42 @@ def test_long_prompts_take_over_the_time_their_tokenizing_costs_the_api_server()
     assert [(v.layer, v.cause) for v in d.verdicts][:1] == [("application", "long_prompts")], \
         render(d)
     assert any(e.metric.startswith("(llm_engine_e2e") for e in d.verdicts[0].evidence)
+
+
+def test_a_starved_host_takes_over_the_engine_split_and_the_idle_gpu() -> None:
+    obs = with_gpu(with_host(all_probes(with_engine(healthy(), **SLOW_DECODE), tpot_p95=0.22),
+                             cpu=0.85), 0, utilization=0.2)
+    d = diagnose(obs)
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("host", "cpu_saturated")], render(d)
+    v = d.verdicts[0]
+    assert v.symptoms == ("tpot",), render(d)
+    assert "waiting for a CPU 85% of the window (line 30%)" in v.summary, v.summary
+    metrics = {e.metric for e in v.evidence}
+    # The engine's split and the idle GPU stay as its evidence.
+    assert "llm_engine_inter_token_latency_seconds" in " ".join(metrics), metrics
+    assert {s.step: s.result for s in d.steps}["host"] == "implicated"
+
+
+def test_the_host_of_a_probe_only_vantage_point_is_not_the_engines() -> None:
+    obs = healthy()
+    obs = replace(obs, hosts=(replace(obs.hosts[0], vantage="sh-telecom",
+                                      pressure={("host", "cpu"): 0.9}),))
+    d = diagnose(obs)
+    assert d.status == "healthy" and not d.verdicts, render(d)
+
+
+def test_a_host_under_its_lines_rules_the_layer_out_and_the_engine_keeps_its_cause() -> None:
+    d = diagnose(all_probes(with_engine(healthy(), **SLOW_DECODE), tpot_p95=0.22))
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("engine", "slow_decode")], render(d)
+    host = {s.step: s for s in d.steps}["host"]
+    assert host.result == "ruled_out"
+    assert {(e.labels["scope"], e.labels["resource"]) for e in host.evidence} == {
+        ("engine", "cpu"), ("engine", "memory"), ("engine", "io")}
+
+
+def test_the_whole_hosts_pressure_is_never_a_verdict() -> None:
+    obs = healthy()
+    obs = replace(obs, hosts=(replace(obs.hosts[0], pressure={("host", "cpu"): 0.9}),))
+    d = diagnose(obs)
+    assert d.status == "healthy" and not d.verdicts, render(d)
+    assert {s.step: s.result for s in d.steps}["host"] == "not_configured"

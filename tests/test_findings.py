@@ -27,6 +27,7 @@ from tests.support.observations import (
     healthy,
     with_engine,
     with_gpu,
+    with_host,
     with_path,
     with_probe,
 )
@@ -165,6 +166,10 @@ QUIET_BUT_OVER: dict[tuple[str, str], Any] = {
     # One rank's queue, small for the engine (its queue share is the healthy one's).
     ("engine", "imbalance"): with_engine(healthy(), waiting=9.0,
                                          waiting_by_rank={("ds", "0"): 1.0, ("ds", "1"): 8.0}),
+    # The engine's cgroup waits for each resource over its line; the probes feel nothing yet.
+    ("host", "cpu_saturated"): with_host(healthy(), cpu=0.5),
+    ("host", "memory_pressure"): with_host(healthy(), memory=0.2),
+    ("host", "io_pressure"): with_host(healthy(), io=0.5),
 }
 
 

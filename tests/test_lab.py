@@ -433,12 +433,12 @@ def test_scenario_files_load_cover_the_issue_and_fit_ci() -> None:
         assert scenarios[f"healthy-seed{i}"].seed == i and not scenarios[f"healthy-seed{i}"].expect
     combo = scenarios["loss-and-overload"].expect
     assert [(e.layer, e.cause) for e in combo] == [("engine", "queueing"), ("network", "packet_loss")]
-    # Their serial sum (lab start and cleanup take ~10 s each run): 1,530 s with the
-    # twenty-seven of today. Each scenario lab is an xdist group of its own in the parts tier,
+    # Their serial sum (lab start and cleanup take ~10 s each run): 1,650 s with the
+    # twenty-nine of today. Each scenario lab is an xdist group of its own in the parts tier,
     # so up to six run beside each other there and add far less than this sum to CI's wall
     # time (docs/architecture.md, "Measured"); the bound keeps the set short.
     total = sum(s.baseline + s.settle + 10 for s in scenarios.values())
-    assert total < 27 * 60, total
+    assert total < 28 * 60, total
     now = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
     targets = {c: f"198.18.{10 + i}.1" for i, c in enumerate(CARRIERS)}
     import yaml
@@ -467,10 +467,25 @@ def test_a_peak_scenario_is_off_peak_until_the_minute_after_its_baseline() -> No
     assert peak(at) and peak(at + dt.timedelta(seconds=s.settle))
 
 
+def test_the_host_check_reads_only_the_engines_cgroup_a_scenario_loads() -> None:
+    import yaml
+
+    targets = {c: "198.18.10.1" for c in CARRIERS}
+    now = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
+    plain = Scenario.model_validate({"description": "x", "settle": "1s", "expect": []})
+    assert not parse_config(yaml.safe_dump(exporter_config(plain, targets, now))).host.enabled
+    hog = Scenario.model_validate({"description": "x", "settle": "1s", "expect": [],
+                                   "host": {"cpu_hog": 3}})
+    config = parse_config(yaml.safe_dump(exporter_config(hog, targets, now, None, "/lab-engine")))
+    assert config.host.enabled and config.host.engine_cgroup == "/lab-engine"
+
+
 @pytest.mark.parametrize(("text", "error"), [
     ("settle: 10s\nexpect: []\n", "description (line 1): required key is missing"),
     ("description: x\nsettle: ten\nexpect: []\n", "settle (line 2): expected a duration"),
     ("description: x\nsettle: 1s\npaths: {sprint: {}}\nexpect: []\n", "paths.sprint"),
+    ("description: x\nsettle: 1s\nhost: {cpu_hog: 1}\nexpect: []\n", "host.cpu_hog (line 3)"),
+    ("description: x\nsettle: 1s\nhost: {io_hog: true}\nexpect: []\n", "host.io_hog (line 3)"),
     ("description: x\nsettle: 1s\npaths: {mobile: {hops: [nowhere]}}\nexpect: []\n",
      "paths.mobile.hops (line 3): 'nowhere' is neither"),
     ("description: x\nsettle: 1s\nsimulator: {faults: {stal: 1}}\nexpect: []\n",

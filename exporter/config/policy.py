@@ -104,6 +104,12 @@ class AlertingConfig(StrictModel):
     imbalance_min_waiting: Annotated[float, Field(gt=0)] = 5.0
     imbalance_kv_gap: Annotated[float, Field(gt=0, lt=1)] = 0.3
     gpu_memory_ratio: Ratio = 0.97
+    # The share of the time at least one of the engine's tasks (in its cgroup, as the host
+    # section names it) waited for a CPU, for memory (reclaim, swap-in, refaults) or for
+    # IO: the kernel's PSI "some". Over it, the host slows the engine whatever its GPU does.
+    host_cpu_pressure_ratio: Ratio = 0.3
+    host_memory_pressure_ratio: Ratio = 0.1
+    host_io_pressure_ratio: Ratio = 0.3
     # Real users' retransmissions (LLMClientsRetransmissionHigh, network/packet_loss of a
     # carrier) are judged over at least this many segments sent in the window: 2 of 10 is
     # one unlucky connection, not a carrier's loss.

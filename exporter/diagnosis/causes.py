@@ -13,12 +13,14 @@ docs' vocabulary table and every verdict's actions are read from here
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Literal
 
-Layer = Literal["network", "engine", "gpu", "application", "exporter"]
-#: In the chain's order: the field guides measure the network before believing the engine.
-LAYERS: tuple[Layer, ...] = ("network", "engine", "gpu", "application", "exporter")
+from exporter.diagnosis.parts import BudgetPart
+
+Layer = Literal["network", "engine", "gpu", "host", "application", "exporter"]
+#: In the chain's order: the field guides measure the network before believing the engine,
+#: and look at the host when the GPU is not the answer.
+LAYERS: tuple[Layer, ...] = ("network", "engine", "gpu", "host", "application", "exporter")
 Symptom = Literal["ttft", "tpot", "failures", "long_context"]
 SYMPTOMS: tuple[Symptom, ...] = ("ttft", "long_context", "tpot", "failures")
 #: How a failed probe request failed (``steps/symptom.py`` maps each probe outcome to one:
@@ -36,32 +38,6 @@ TIMEOUT: frozenset[Failure] = frozenset(("timeout",))
 #: A network fault drops connections and streams or makes them time out; it never answers
 #: with an HTTP status.
 DROPPED: frozenset[Failure] = frozenset(("timeout", "connect", "stream"))
-
-
-class BudgetPart(StrEnum):
-    """The parts a client's mean first token is the sum of, in the order a request meets
-    them. ``prefill`` is the engine's scheduled-to-first-token (its first decode step
-    included) less any KV handover inside it; ``remainder`` is what none of the others
-    accounts for (delivery, proxies, or a part no metric covers), negative when they add up
-    to more than the client waited."""
-
-    NETWORK = "network"
-    FRONTEND = "frontend"
-    QUEUE = "queue"
-    KV_TRANSFER = "kv_transfer"
-    PREFILL = "prefill"
-    REMAINDER = "remainder"
-
-
-class StreamPart(StrEnum):
-    """The parts a client's mean time per output token is the sum of: the engine's own time
-    per token (its decode of the probe's requests over their tokens, else its mean
-    inter-token gap), and ``delivery``, the rest (the tokens' way out: the network's return
-    path, the API server's detokenizing and streaming, a proxy's buffering), negative when
-    the engine's time per token is more than the client saw."""
-
-    ENGINE = "engine"
-    DELIVERY = "delivery"
 
 
 @dataclass(frozen=True)
@@ -354,6 +330,38 @@ MEMORY_BANDWIDTH = Cause(
     ),
     absorbs=(SLOW_DECODE,), thresholds=("diagnosis.dram_bandwidth",))
 
+# --- host ---------------------------------------------------------------------------------
+#: A starved host slows every part of the engine's work that runs on it: the API server,
+#: the scheduler between steps, the launches that keep the GPU fed (which then idles).
+STARVED = (SLOW_PREFILL, SLOW_DECODE, QUEUEING, FRONTEND, UNDERUTILIZED)
+
+
+def _host(name: str, waits: str, page: str, key: str, actions: tuple[str, ...]) -> Cause:
+    return Cause("host", name, f"the engine's tasks wait for {waits} (PSI some over its line)",
+                 COMPUTE, TIMEOUT, actions, absorbs=STARVED, pages=(page,),
+                 thresholds=(f"alerting.host_{key}_pressure_ratio",),
+                 parts=(BudgetPart.FRONTEND, BudgetPart.QUEUE, BudgetPart.PREFILL))
+
+
+CPU_SATURATED = _host("cpu_saturated", "a CPU", "LLMHostCPUPressure", "cpu", (
+    "Find what else runs on the engine's CPUs (top, per cgroup: systemd-cgtop): another "
+    "job, a data loader, a noisy neighbour; move it, or pin the engine to CPUs of its own "
+    "(cpuset, Kubernetes' static CPU manager).",
+    "Check the engine's own CPU quota (cpu.max, a container's CPU limit): a limit under "
+    "what its API server and scheduler need throttles them."))
+MEMORY_PRESSURE = _host("memory_pressure", "memory: reclaim, swap-in, refaults",
+                        "LLMHostMemoryPressure", "memory", (
+    "Check memory available and swap (free -m, vmstat 1: si/so): system memory should be "
+    "2-4x GPU memory so nothing swaps; stop what else holds memory on the host.",
+    "Check the engine's own memory limit (memory.max / memory.high, a container's limit): "
+    "near it, the kernel reclaims the engine's pages."))
+IO_PRESSURE = _host("io_pressure", "IO", "LLMHostIOPressure", "io", (
+    "Find who uses the disks (iotop, pidstat -d): checkpoints, logs, a model download, "
+    "swap; move them off the engine's disks.",
+    "Check the engine's own IO limit (io.max) and whether it reads models or KV from a "
+    "slow or network disk."))
+HOST_CAUSES = (CPU_SATURATED, MEMORY_PRESSURE, IO_PRESSURE)
+
 # --- application --------------------------------------------------------------------------
 LONG_PROMPTS = Cause(
     "application", "long_prompts",
@@ -412,6 +420,7 @@ CAUSES: tuple[Cause, ...] = (
     DOWN, QUEUEING, SLOW_PREFILL, SLOW_DECODE, KV_CACHE_PRESSURE, IMBALANCE, FRONTEND,
     PREFIX_CACHE_MISS, SPEC_DECODE, KV_TRANSFER,
     THROTTLING, MEMORY_FULL, XID_ERRORS, UNDERUTILIZED, MEMORY_BANDWIDTH,
+    *HOST_CAUSES,
     LONG_PROMPTS, RATE_LIMITED, CLIENT_CONCURRENCY, CLIENT_TIMEOUTS,
     NO_DATA,
 )

@@ -1,4 +1,4 @@
-"""The decision chain: symptom, network, engine, GPU, application, in that fixed order.
+"""The decision chain: symptom, network, engine, GPU, host, application, in that fixed order.
 
 Pure: it reads one ``Observations`` and ``Thresholds`` and returns a ``Diagnosis``; no I/O and
 no clock (the time is ``obs.at``), so both sources and the tests get the same answer from the
@@ -31,12 +31,11 @@ from exporter.diagnosis.causes import (
     LAYERS,
     NO_DATA,
     SYMPTOMS,
-    BudgetPart,
     Cause,
-    StreamPart,
     Symptom,
 )
 from exporter.diagnosis.observations import Observations
+from exporter.diagnosis.parts import BudgetPart, StreamPart
 from exporter.diagnosis.result import (
     SCOPE_KEYS,
     Budget,
@@ -47,14 +46,14 @@ from exporter.diagnosis.result import (
     StepResult,
     Verdict,
 )
-from exporter.diagnosis.steps import application, engine, gpu, network, symptom
+from exporter.diagnosis.steps import application, engine, gpu, host, network, symptom
 from exporter.diagnosis.steps.base import Case, Finding, ProbeSymptoms, Standing
 from exporter.diagnosis.steps.budget import ledger
 from exporter.diagnosis.steps.words import probe_scope, secs
 from exporter.diagnosis.thresholds import Thresholds
 
 #: The steps in the field guides' order.
-STEPS = (symptom, network, engine, gpu, application)
+STEPS = (symptom, network, engine, gpu, host, application)
 
 
 def diagnose(obs: Observations, thresholds: Thresholds | None = None) -> Diagnosis:

@@ -50,6 +50,8 @@ GPU = WindowKey("gpu", ("instance", *metrics.GPU_LABELS, *FLEET), metrics.GPU_UT
 # Summed over the watched ports: a carrier's users are one population whichever port.
 CLIENTS = WindowKey("clients", (*metrics.CLIENTS_LABELS[:1], *FLEET),
                metrics.CLIENTS_SEGMENTS_SENT.name)
+# One per exporter: the host it runs on (the engine's cgroup is a label of its pressure).
+HOST = WindowKey("host", FLEET, metrics.HOST_CPUS.name)
 CHECK = WindowKey("check", (metrics.EXPORTER_CHECK_RUNS.labels[0], *FLEET),
              metrics.EXPORTER_CHECK_RUNS.name)
 

@@ -298,5 +298,6 @@ def observe_window(
         engines=tuple(rows.engine({"target": e.name}, engines, config) for e in config.engines),
         gpus=tuple(rows.gpus(evaluate(observables.GPU_TABLE, ctx), config)),
         clients=tuple(_clients(config, evaluate(observables.CLIENTS_TABLE, ctx))),
+        hosts=tuple(rows.hosts(evaluate(observables.HOST_TABLE, ctx), config)),
         failing_checks=failing_checks(w, evaluate(observables.CHECK_TABLE, ctx)),
     )

@@ -69,10 +69,13 @@ def _read() -> tuple[set[str], set[str]]:
 
 
 _FINE, _COARSE = _read()
-#: sample name -> (monotonic, counts from zero on first appearance: an engine's counters
-#: started before the exporter, so only the exporter's own are born at zero).
+#: Sections whose counters started before the exporter: an engine's, and the kernel's.
+STARTED_BEFORE = ("engine", "host")
+#: sample name -> (monotonic, counts from zero on first appearance: only the exporter's
+#: own counters are born at zero).
 KINDS: dict[str, tuple[bool, bool]] = {
-    name: (FAMILY_OF[name].kind is not metrics.Kind.GAUGE, FAMILY_OF[name].section != "engine")
+    name: (FAMILY_OF[name].kind is not metrics.Kind.GAUGE,
+           FAMILY_OF[name].section not in STARTED_BEFORE)
     for name in sorted(_FINE)}
 #: The family names a registry's collect() yields (counters without ``_total``).
 COLLECTED: frozenset[str] = frozenset(FAMILY_OF[name].base for name in KINDS)

@@ -33,6 +33,11 @@ def by_rank(values: By, config: Config) -> dict[tuple[str, str], float]:
     return {(k[0], k[1]): v for k, v in values.items() if k[1]}
 
 
+def pairs(values: By, config: Config) -> dict[tuple[str, str], float]:
+    """Per pair of ``by`` labels (scope, resource)."""
+    return {(k[0], k[1]): v for k, v in values.items()}
+
+
 def or_zero(values: By, config: Config) -> float:
     return values.get((), 0.0)
 

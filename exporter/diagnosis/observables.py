@@ -8,6 +8,7 @@ from __future__ import annotations
 from exporter import metrics
 from exporter.diagnosis import finish
 from exporter.diagnosis.declare import CHECK, Increase, Observable, table
+from exporter.diagnosis.host_window import HostWindow
 from exporter.diagnosis.observations import (
     ClientWindow,
     EngineWindow,
@@ -21,6 +22,7 @@ PATH_TABLE = table(PathWindow)
 ENGINE_TABLE = table(EngineWindow)
 GPU_TABLE = table(GpuWindow)
 CLIENTS_TABLE = table(ClientWindow)
+HOST_TABLE = table(HostWindow)
 #: What ``Observations.failing_checks`` is decided from (``finish.failing``).
 CHECK_TABLE: tuple[Observable, ...] = (
     Observable("check_runs", CHECK, Increase(
@@ -29,4 +31,4 @@ CHECK_TABLE: tuple[Observable, ...] = (
 )
 
 TABLES: tuple[tuple[Observable, ...], ...] = (
-    PROBE_TABLE, PATH_TABLE, ENGINE_TABLE, GPU_TABLE, CLIENTS_TABLE, CHECK_TABLE)
+    PROBE_TABLE, PATH_TABLE, ENGINE_TABLE, GPU_TABLE, CLIENTS_TABLE, HOST_TABLE, CHECK_TABLE)

@@ -47,6 +47,7 @@ from exporter.diagnosis.declare import (
     count,
     measured,
 )
+from exporter.diagnosis.host_window import HostWindow
 from exporter.metrics import names
 
 Source = Literal["exporter", "prometheus"]
@@ -425,5 +426,6 @@ class Observations:
     engines: tuple[EngineWindow, ...] = ()
     gpus: tuple[GpuWindow, ...] = ()
     clients: tuple[ClientWindow, ...] = ()
+    hosts: tuple[HostWindow, ...] = ()
     #: Checks configured but failing or never run in the window ("engine/main", "gpu/nvml").
     failing_checks: tuple[str, ...] = field(default=())

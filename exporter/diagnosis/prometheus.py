@@ -134,6 +134,7 @@ def observations(r: Results, config: Config, at: dt.datetime, window: float) -> 
         gpus=tuple(rows.gpus(got(observables.GPU_TABLE), config)),
         clients=tuple(rows.client(labels, clients, config)
                       for labels in rows.found(declare.CLIENTS, clients, "sent", "connections")),
+        hosts=tuple(rows.hosts(got(observables.HOST_TABLE), config)),
         failing_checks=tuple(sorted({k[0] for k, runs in checks.items()
                                      if finish.failing(runs)} - {""})),
     )

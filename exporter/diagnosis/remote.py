@@ -9,7 +9,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, cast, get_args
 
-from exporter.diagnosis.causes import BudgetPart, StreamPart
+from exporter.diagnosis.parts import BudgetPart, StreamPart
 from exporter.diagnosis.promapi import SourceError, fetch_json
 from exporter.diagnosis.result import (
     SCHEMA_ID,

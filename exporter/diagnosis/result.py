@@ -13,13 +13,14 @@ from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from exporter import metrics
-from exporter.diagnosis.causes import NAMES, BudgetPart, StreamPart, Symptom
+from exporter.diagnosis.causes import NAMES, Symptom
+from exporter.diagnosis.parts import BudgetPart, StreamPart
 
 SCHEMA_ID = "llm-latency-diagnosis/v1"
 
 Status = Literal["healthy", "degraded", "failing", "unknown"]
 assert get_args(Status) == metrics.DIAGNOSIS_STATUSES
-StepName = Literal["symptom", "network", "engine", "gpu", "application"]
+StepName = Literal["symptom", "network", "engine", "gpu", "host", "application"]
 
 
 class StepResult(StrEnum):
@@ -32,7 +33,7 @@ class StepResult(StrEnum):
 
 
 #: The chain's steps, in the order the field guides fix.
-STEPS: tuple[StepName, ...] = ("symptom", "network", "engine", "gpu", "application")
+STEPS: tuple[StepName, ...] = ("symptom", "network", "engine", "gpu", "host", "application")
 
 #: Keys of a verdict's scope, in the order the text and the metric labels use. ``site`` and
 #: ``vantage`` are a fleet's edge labels (docs/scaling.md), set only through the Prometheus

@@ -13,10 +13,12 @@ from collections.abc import Iterable, Mapping
 
 from exporter.config.models import Config, ProbeConfig
 from exporter.diagnosis import declare
+from exporter.diagnosis.host_window import HostWindow
 from exporter.diagnosis.observables import (
     CLIENTS_TABLE,
     ENGINE_TABLE,
     GPU_TABLE,
+    HOST_TABLE,
     PATH_TABLE,
     PROBE_TABLE,
 )
@@ -86,6 +88,13 @@ def gpus(got: declare.Prepared, config: Config) -> list[GpuWindow]:
         gpu=f"{g['instance']}/{g['gpu']}" if len(servers[(g["site"], g["gpu"])]) > 1
         else g["gpu"], name=g["name"], site=g["site"],
         **declare.fill(GPU_TABLE, got, g, config)) for g in found]
+
+
+def hosts(got: declare.Prepared, config: Config) -> list[HostWindow]:
+    """Each exporter's host the declarations found."""
+    return [HostWindow(site=h["site"], vantage=h["vantage"],
+                       **declare.fill(HOST_TABLE, got, h, config))
+            for h in found(declare.HOST, got, "pressure", "cpus")]
 
 
 def found(kind: declare.WindowKey, got: declare.Prepared, *fields: str) -> list[dict[str, str]]:

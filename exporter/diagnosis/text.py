@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter.diagnosis.causes import BudgetPart, StreamPart
+from exporter.diagnosis.parts import BudgetPart, StreamPart
 from exporter.diagnosis.result import Budget, Diagnosis, Evidence, StepResult, Verdict
 
 

@@ -54,6 +54,10 @@ class Thresholds:
                                          "hw_power_brake")
     gpu_underutilized: float = 0.6
     dram_bandwidth: float = 0.9
+    # host: PSI "some" shares of the window, per resource
+    host_cpu_pressure: float = 0.3
+    host_memory_pressure: float = 0.1
+    host_io_pressure: float = 0.3
     # application
     prompt_growth: float = 1.5
     request_rate_growth: float = 1.5
@@ -108,6 +112,9 @@ def resolve(config: Config) -> Thresholds:
         throttle_reasons=tuple(al.throttle_reasons),
         gpu_underutilized=d.gpu_underutilized,
         dram_bandwidth=d.dram_bandwidth,
+        host_cpu_pressure=al.host_cpu_pressure_ratio,
+        host_memory_pressure=al.host_memory_pressure_ratio,
+        host_io_pressure=al.host_io_pressure_ratio,
         prompt_growth=d.prompt_growth,
         request_rate_growth=d.request_rate_growth,
         prompt_budget_share=d.prompt_budget_share,

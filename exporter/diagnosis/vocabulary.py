@@ -1,5 +1,6 @@
 """What is generated from the cause table (``causes.py``): the layer and cause enums of
-``schema.json`` (and its budget's parts) and the vocabulary table of docs/diagnosis.md.
+``schema.json`` (its steps, and its budget's parts) and the vocabulary table of
+docs/diagnosis.md.
 
 ``python -m exporter.diagnosis.vocabulary`` rewrites both from the repository root;
 tests/test_vocabulary.py fails while either is stale, so the contract a consumer validates
@@ -12,8 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exporter.diagnosis.causes import CAUSES, LAYERS, NAMES, BudgetPart, Cause, StreamPart
-from exporter.diagnosis.result import StepResult
+from exporter.diagnosis.causes import CAUSES, LAYERS, NAMES, Cause
+from exporter.diagnosis.parts import BudgetPart, StreamPart
+from exporter.diagnosis.result import STEPS, StepResult
 from exporter.docblock import DocBlock
 
 SCHEMA_FILE = Path(__file__).with_name("schema.json")
@@ -28,6 +30,10 @@ def schema(doc: dict[str, Any]) -> dict[str, Any]:
                                         "cause": {"enum": list(NAMES[layer])}}}
                         for layer in LAYERS]
     doc["$defs"]["step"]["properties"]["result"]["enum"] = [str(r) for r in StepResult]
+    doc["$defs"]["step"]["properties"]["step"]["enum"] = list(STEPS)
+    steps = doc["properties"]["steps"]
+    steps["minItems"] = steps["maxItems"] = len(STEPS)
+    steps["description"] = f"One per step, in chain order: {', '.join(STEPS)}."
     budget = doc["$defs"]["budget"]["properties"]
     for key, enum in (("parts", BudgetPart), ("stream", StreamPart)):
         budget[key]["properties"] = {str(p): {"type": ["number", "null"]} for p in enum}

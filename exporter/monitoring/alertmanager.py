@@ -115,6 +115,11 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition(DIAGNOSIS, ("LLMGPUThrottled",), WHERE, _cause(causes.THROTTLING)),
     Inhibition(DIAGNOSIS, ("LLMGPUMemoryNearFull",), WHERE, _cause(causes.MEMORY_FULL)),
     Inhibition(DIAGNOSIS, ("LLMGPUXidError",), WHERE, (*_cause(causes.XID_ERRORS), CRITICAL)),
+    # A starved host slows its engines: their capacity, compute and frontend alerts are its
+    # too. Verdicts carry no instance label, as for the GPU.
+    *(Inhibition(DIAGNOSIS, (*c.pages, "LLMEngineCapacityBound", "LLMEngineComputeBound",
+                             "LLMEngineFrontendBound"), WHERE, _cause(c))
+      for c in causes.HOST_CAUSES),
 )
 
 QUIET_HOURS = "quiet-hours"

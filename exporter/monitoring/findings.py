@@ -41,6 +41,8 @@ ENGINE = (("target", "engine"),)
 RANK = (*ENGINE, ("dp_rank", "dp_rank"))
 PATH = (("carrier", "carrier"), ("target", "target"))
 GPU = (("gpu", "gpu"),)
+#: The host under a site's engines.
+HOST = (("site", "site"),)
 #: A carrier's real users: the carrier alone (they ride no chosen target).
 CARRIER = (("carrier", "carrier"),)
 
@@ -75,6 +77,9 @@ DECISIONS: tuple[Decision, ...] = (
     Decision("LLMGPUMemoryNearFull", "cause", GPU),
     Decision("LLMGPUThrottled", "cause", GPU),
     Decision("LLMGPUXidError", "cause", GPU),
+    Decision("LLMHostCPUPressure", "cause", HOST),
+    Decision("LLMHostMemoryPressure", "cause", HOST),
+    Decision("LLMHostIOPressure", "cause", HOST),
     # A check that keeps failing leaves its layer unobserved.
     Decision("LLMExporterCheckFailing", "cause", (("carrier", "carrier"),)),
     Decision("LLMLatencyDiagnosis", "verdict"),

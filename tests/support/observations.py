@@ -8,6 +8,7 @@ import datetime as dt
 from dataclasses import replace
 from typing import Any
 
+from exporter.diagnosis.host_window import HostWindow
 from exporter.diagnosis.observations import (
     EngineWindow,
     GpuWindow,
@@ -64,12 +65,27 @@ def gpu(index: int = 0, **kw: Any) -> GpuWindow:
     return GpuWindow(**base)
 
 
+def host(**pressure: float) -> HostWindow:
+    """A host whose engine cgroup stalls little: PSI some per resource, overridden by
+    ``pressure`` (cpu=0.8)."""
+    shares = {"cpu": 0.02, "memory": 0.0, "io": 0.01, **pressure}
+    return HostWindow(pressure={(scope, r): v for r, v in shares.items()
+                                for scope in ("host", "engine")},
+                      memory_available_ratio=0.6, swap_pages=0.0, cpu_busy=0.4, cpus=64.0,
+                      engine_cpu=6.0)
+
+
 def healthy() -> Observations:
-    """One probe per carrier plus an untagged one, each carrier's path, one engine, 2 GPUs."""
+    """One probe per carrier plus an untagged one, each carrier's path, one engine, 2 GPUs,
+    and the host under them."""
     probes = (probe("chat"), *(probe(f"chat-{c}", carrier=c) for c in CARRIERS))
     return Observations(at=AT, window=600.0, source="exporter", probes=probes,
                         paths=tuple(path(c) for c in CARRIERS), engines=(engine(),),
-                        gpus=(gpu(0), gpu(1)))
+                        gpus=(gpu(0), gpu(1)), hosts=(host(),))
+
+
+def with_host(obs: Observations, **pressure: float) -> Observations:
+    return replace(obs, hosts=(host(**pressure),))
 
 
 def with_probe(obs: Observations, name: str, **kw: Any) -> Observations:
@@ -107,4 +123,4 @@ def fleet(probes: int = 10, engines: int = 3, paths: int = 30, gpus: int = 8) ->
     es = tuple(engine(n) for n in names)
     gs = tuple(gpu(i, engine=names[i % engines]) for i in range(gpus))
     return Observations(at=AT, window=600.0, source="exporter", probes=ps, paths=pa,
-                        engines=es, gpus=gs)
+                        engines=es, gpus=gs, hosts=(host(),))

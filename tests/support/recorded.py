@@ -1,7 +1,7 @@
 """A recorded hour of a small fleet, as the exporter's own samples at each tick: two probes
 (one long-context), two paths, a vLLM-like engine with two data-parallel ranks and two
-models, a Triton-like one (duration counters, no histograms), two GPUs, real users of three
-carriers on one port (the clients check) and the check-run counters. The numbers are random but seeded, and shaped like the real thing: a peak
+models, a Triton-like one (duration counters, no histograms), two GPUs, the host under them (its
+PSI and the engine cgroup's), real users of three carriers on one port (the clients check) and the check-run counters. The numbers are random but seeded, and shaped like the real thing: a peak
 window, a route change, an engine restart (its counters reset), an XID that appears mid
 window, stalls, rate limits and a throttle that holds for part of the window.
 
@@ -27,6 +27,9 @@ ROUTE_CHANGE_MINUTE = 25
 RESTART_MINUTE = 33
 XID_MINUTE = 44
 THROTTLE_MINUTE = 45
+#: From here a job beside the engine takes its CPUs: the engine's cgroup stalls for one.
+HOST_HOG_MINUTE = 40
+HOST_CPUS = 32
 
 PROBES = (("chat", "gpu-sh:443", "short", "mobile", "main"),
           ("long", "gpu-sh:443", "long_context", "telecom", "main"))
@@ -80,6 +83,8 @@ class Fleet:
     later: random.Random = field(default_factory=lambda: random.Random(22))
     #: Likewise for the first token's budget, added after those.
     budget: random.Random = field(default_factory=lambda: random.Random(23))
+    #: And for the host, added after the budget.
+    host: random.Random = field(default_factory=lambda: random.Random(24))
     counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
     hists: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = field(default_factory=dict)
 
@@ -325,6 +330,35 @@ def _gpu_tick(f: Fleet, minute: int, first: bool) -> list[RawSample]:
     return out
 
 
+def _host_tick(f: Fleet, minute: int, i: int) -> list[RawSample]:
+    """The host's counters were counting before the exporter started: their first sample
+    is far from zero."""
+    r, out = f.host, []
+    hog = minute >= HOST_HOG_MINUTE
+    base = 1e5 if i == 0 else 0.0
+    for scope in metrics.HOST_SCOPES:
+        for resource in metrics.PRESSURE_RESOURCES:
+            some = r.uniform(0.4, 0.7) if hog and resource == "cpu" else r.uniform(0, 0.05)
+            for kind, share in zip(metrics.PRESSURE_KINDS, (some, some / 3), strict=True):
+                out.append(f.add(metrics.HOST_PRESSURE.name, {"scope": scope,
+                                 "resource": resource, "kind": kind},
+                                 base + share * INTERVAL))
+    busy = r.uniform(0.85, 0.95) if hog else r.uniform(0.2, 0.4)
+    iowait = r.uniform(0, 0.02)
+    for mode, share in zip(metrics.CPU_MODES, (busy, 1 - busy - iowait, iowait), strict=True):
+        out.append(f.add(metrics.HOST_CPU.name, {"mode": mode},
+                         base + share * HOST_CPUS * INTERVAL))
+    for direction in metrics.SWAP_DIRECTIONS:
+        out.append(f.add(metrics.HOST_SWAP.name, {"direction": direction},
+                         base + r.randint(0, 40)))
+    out.append(f.add(metrics.HOST_MAJOR_FAULTS.name, {}, base + r.randint(0, 100)))
+    out.append(f.add(metrics.HOST_ENGINE_CPU.name, {}, base + r.uniform(2, 3) * INTERVAL))
+    out.append((metrics.HOST_MEMORY_TOTAL.name, {}, 2e12))
+    out.append((metrics.HOST_MEMORY_AVAILABLE.name, {}, r.uniform(0.5e12, 0.6e12)))
+    out.append((metrics.HOST_CPUS.name, {}, float(HOST_CPUS)))
+    return out
+
+
 def _clients_tick(f: Fleet, r: random.Random, minute: int) -> list[RawSample]:
     out: list[RawSample] = []
     for carrier in CLIENTS:
@@ -376,7 +410,7 @@ def ticks(start: float, seed: int = 20) -> Iterator[tuple[float, list[RawSample]
             (metrics.EXPORTER_PEAK_WINDOW.name, {"window": "evening"}, 1.0 if peak else 0.0),
             *_probe_tick(f, minute), *_path_tick(f, minute, first), *_engine_tick(f, minute),
             *_budget_tick(f, minute),
-            *_gpu_tick(f, minute, first), *_check_tick(f, minute),
+            *_gpu_tick(f, minute, first), *_check_tick(f, minute), *_host_tick(f, minute, i),
             *_clients_tick(f, clients, minute),
         ]
 

@@ -1,4 +1,4 @@
-"""Step 5: the application: prompts too long for the TTFT SLO (grown past their baseline or
+"""Step 6: the application: prompts too long for the TTFT SLO (grown past their baseline or
 not), 429s, more requests at the same capacity, client timeouts shorter than a normal server
 answer."""
 

@@ -14,11 +14,10 @@ from exporter.diagnosis.causes import (
     KV_TRANSFER,
     PREFIX_CACHE_MISS,
     SPEC_DECODE,
-    BudgetPart,
     Cause,
-    StreamPart,
 )
 from exporter.diagnosis.observations import EngineWindow, ProbeWindow
+from exporter.diagnosis.parts import BudgetPart, StreamPart
 from exporter.diagnosis.result import Budget, Evidence
 from exporter.diagnosis.steps.base import Case, EngineState
 from exporter.diagnosis.steps.words import pct, secs, strength

@@ -10,6 +10,7 @@ from exporter.monitoring.alerts.diagnosis import diagnosis_alerts
 from exporter.monitoring.alerts.engine import engine_alerts
 from exporter.monitoring.alerts.exporter import exporter_alerts
 from exporter.monitoring.alerts.gpu import gpu_alerts
+from exporter.monitoring.alerts.host import host_alerts
 from exporter.monitoring.alerts.path import path_alerts
 from exporter.monitoring.alerts.peak import peak_alerts
 from exporter.monitoring.alerts.probe import probe_alerts
@@ -29,6 +30,7 @@ def alert_groups(config: Config) -> list[dict[str, Any]]:
         ("llm-clients.alerts", clients_alerts(config)),
         ("llm-peak.alerts", peak_alerts(config)),
         ("llm-gpu.alerts", gpu_alerts(config)),
+        ("llm-host.alerts", host_alerts(config)),
         ("llm-exporter.alerts", exporter_alerts()),
         ("llm-diagnosis.alerts", diagnosis_alerts()),
     ]

@@ -80,7 +80,43 @@ def gpu(config: Config) -> db.Dashboard:
                    [(None, "red"), (1, "green")], span=12, mappings={"0": "lost", "1": "up"}),
     ])
     return build_dashboard(
-        "llm-gpu", "LLM latency: GPU",
-        "NVML telemetry: is the GPU busy, bandwidth-bound, hot, throttled or failing?",
-        ("instance", "gpu"), [activity, memory, errors],
+        "llm-gpu", "LLM latency: GPU and host",
+        "NVML telemetry: is the GPU busy, bandwidth-bound, hot, throttled or failing? And "
+        "the host under it: is the engine waiting for a CPU, memory or IO?",
+        ("instance", "gpu"), [activity, memory, errors, _host(config)],
     )
+
+
+def _host(config: Config) -> Section:
+    """The host check's series: the field guides' next look when the GPU idles."""
+    hs = sel("instance")
+    a = config.alerting
+    some = sel("instance",
+               extra=f'{metrics.HOST_PRESSURE.labels[2]}="{metrics.PRESSURE_KINDS[0]}"')
+    cpu = metrics.HOST_CPU
+    busy = sel("instance", extra=f'{cpu.labels[0]}="{metrics.CPU_MODES[0]}"')
+    return Section("Host", [
+        ts("Pressure: time a task waited",
+           "Share of time at least one task waited (the kernel's PSI some) for a CPU, "
+           "memory or IO, of the engine's cgroup and of the whole host. The engine's own "
+           f"over {pct(a.host_cpu_pressure_ratio)} (CPU), {pct(a.host_memory_pressure_ratio)}"
+           f" (memory) or {pct(a.host_io_pressure_ratio)} (IO) alerts.", "percentunit",
+           [(f"rate({metrics.HOST_PRESSURE.name}{some}[{RI}])",
+             "{{instance}} {{scope}} {{resource}}")]),
+        ts("Memory available and swapping",
+           "Memory available over total, and pages swapped per second: system memory 2-4x "
+           "GPU memory means nothing swaps.", "percentunit",
+           [(f"{metrics.HOST_MEMORY_AVAILABLE.name}{hs} / {metrics.HOST_MEMORY_TOTAL.name}{hs}",
+             "{{instance}} available")], span=6),
+        ts("Swap and major faults", "Pages swapped in and out, and page faults read from "
+           "disk, per second.", "short",
+           [(f"rate({metrics.HOST_SWAP.name}{hs}[{RI}])", "{{instance}} swap {{direction}}"),
+            (f"rate({metrics.HOST_MAJOR_FAULTS.name}{hs}[{RI}])", "{{instance}} major faults")],
+           span=6),
+        ts("CPU: the host's busy share and the engine's cores",
+           "The host's CPUs busy (every mode but idle and iowait), and the CPUs' worth of "
+           "time the engine's cgroup used.", "short",
+           [(f"sum by (instance) (rate({cpu.name}{busy}[{RI}]))", "{{instance}} busy CPUs"),
+            (f"rate({metrics.HOST_ENGINE_CPU.name}{hs}[{RI}])", "{{instance}} engine CPUs"),
+            (f"{metrics.HOST_CPUS.name}{hs}", "{{instance}} CPUs")]),
+    ])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from exporter.diagnosis.causes import BudgetPart, StreamPart
+from exporter.diagnosis.parts import BudgetPart, StreamPart
 from exporter.runtime.page.fmt import esc as _e
 from exporter.runtime.page.fmt import seconds as _s
 

@@ -1,4 +1,4 @@
-"""One tile per probe, path, carrier of real users, engine and GPU: the numbers the
+"""One tile per probe, path, carrier of real users, engine, GPU and host: the numbers the
 decision chain read over the diagnosis window (the current ``Observations``), each beside a
 sparkline of the same number over the last hour (``trends.Point``s), red where it is past
 the threshold the chain uses.
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import metrics
+from exporter.diagnosis.host_window import HostWindow
 from exporter.diagnosis.observations import (
     ClientWindow,
     EngineWindow,
@@ -33,7 +34,7 @@ from exporter.runtime.page.spark import Series, sparkline
 MIN_AXIS = 300.0
 
 Show = Callable[[float | None], str]
-Item = ProbeWindow | PathWindow | ClientWindow | EngineWindow | GpuWindow
+Item = ProbeWindow | PathWindow | ClientWindow | EngineWindow | GpuWindow | HostWindow
 #: What identifies one tile's item in every point's Observations.
 Key = tuple[str, ...]
 
@@ -60,6 +61,8 @@ def key_of(item: Item) -> Key:
         return ("clients", item.carrier, item.site)
     if isinstance(item, EngineWindow):
         return ("engine", item.engine)
+    if isinstance(item, HostWindow):
+        return ("host", item.site, item.vantage)
     return ("gpu", item.gpu)
 
 
@@ -69,6 +72,7 @@ def _items(o: Observations) -> Iterator[Item]:
     yield from o.clients
     yield from o.engines
     yield from o.gpus
+    yield from o.hosts
 
 
 def _success(p: ProbeWindow) -> float | None:
@@ -181,6 +185,26 @@ def gpu_rows(g: GpuWindow, th: Thresholds) -> list[Row]:
     ]
 
 
+def _scope(h: HostWindow) -> str:
+    """The engine's cgroup where measured (what the chain judges), else the host's."""
+    return metrics.ENGINE_SCOPE if h.engine_measured else metrics.HOST_SCOPE
+
+
+def host_rows(h: HostWindow, th: Thresholds) -> list[Row]:
+    def waited(resource: str) -> Callable[[Any], float | None]:
+        return lambda x: x.pressure.get((_scope(x), resource))
+    return [
+        Row("cpu_pressure", "waiting for CPU", waited("cpu"), fmt.ratio,
+            limit=th.host_cpu_pressure, top=1.0),
+        Row("memory_pressure", "waiting for memory", waited("memory"), fmt.ratio,
+            limit=th.host_memory_pressure, top=1.0),
+        Row("io_pressure", "waiting for IO", waited("io"), fmt.ratio,
+            limit=th.host_io_pressure, top=1.0),
+        Row("memory_available", "memory available", lambda x: x.memory_available_ratio,
+            fmt.ratio, top=1.0),
+    ]
+
+
 def _row(row: Row, item: Item, history: list[tuple[float, Item | None]],
          axis: tuple[float, float]) -> str:
     value = row.pick(item)
@@ -213,7 +237,7 @@ def _joined(*parts: str) -> str:
 
 def tiles(now: Observations, trend: Sequence[Point], th: Thresholds) -> str:
     """The tiles of every layer, in the chain's order (probes, paths and real users,
-    engines, GPUs)."""
+    engines, GPUs, hosts)."""
     axis = axis_of(now, trend)
     # Each point's items by key, once per render: a row's series is then one lookup a point.
     index = [(p.end, {key_of(x): x for x in _items(p.obs)}) for p in trend]
@@ -240,6 +264,9 @@ def tiles(now: Observations, trend: Sequence[Point], th: Thresholds) -> str:
         *(_tile("engine", e.engine, up[e.up], rows(e, engine_rows(e, th)),
                 "down" if e.up is False else "") for e in now.engines),
         *(_tile("gpu", f"GPU {g.gpu}", g.name, rows(g, gpu_rows(g, th))) for g in now.gpus),
+        *(_tile("host", h.vantage or h.site or "this host",
+                f"{_scope(h)} pressure" + (f" · {h.cpus:.0f} CPUs" if h.cpus else ""),
+                rows(h, host_rows(h, th))) for h in now.hosts),
     ]
     if not out:
         return ""

@@ -96,7 +96,10 @@ class NetRun:
         try:
             result: dict[str, Any] = json.loads(proc.stdout)
         except ValueError:
-            raise self.error("diagnose --prometheus --json printed no JSON") from None
+            said = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines()
+                    or ["nothing"])[-1]
+            raise self.error(f"diagnose --prometheus --json (exit {proc.returncode}) printed "
+                             f"no JSON: {said[:300]}") from None
         return result
 
     def close(self) -> None:

@@ -30,9 +30,9 @@ from exporter import metrics
 from exporter.checks.engine.table import rows_for_engine
 from exporter.config.load import load_config
 from exporter.config.values import format_duration, parse_duration
-from exporter.diagnosis.causes import BY_KEY
+from exporter.diagnosis.causes import BY_KEY, CLIENT_TIMEOUTS
 from exporter.monitoring import findings, generate
-from tests.support.cgroups import CpuCap
+from tests.support.cgroups import CpuCap, Pod
 from tests.support.lab.base import NetRun
 from tests.support.lab.load import FILLER
 from tests.support.lab.scenario import (
@@ -80,9 +80,11 @@ class LabError(Exception):
 
 
 def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetime,
-                    peak_at: dt.datetime | None = None) -> dict[str, Any]:
+                    peak_at: dt.datetime | None = None, engine_cgroup: str | None = None
+                    ) -> dict[str, Any]:
     """The exporter config for a scenario: three carriers with a tagged probe and an ICMP
-    path each, one untagged probe on the direct link, the engine check and the GPU check."""
+    path each, one untagged probe on the direct link, the engine check and the GPU check;
+    the host check on the engine's cgroup where the lab made one."""
     # A peak window that opens at ``peak_at`` (a whole minute), or twelve hours away: the run
     # is off-peak from start to end, whatever the time of day, so no verdict depends on when
     # CI happens to run.
@@ -120,6 +122,11 @@ def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetim
                          for c in CARRIERS},
         },
         "gpu": {"enabled": True, "interval": "1s"},
+        # The lab's host is the test tier's, shared with every other test: its pressure is
+        # theirs, never a scenario's fault. Only the engine's own cgroup is read, where a
+        # scenario loads it.
+        "host": ({"interval": "1s", "engine_cgroup": engine_cgroup} if engine_cgroup
+                 else {"enabled": False}),
         **({"alerting": extra["alerting"]} if "alerting" in extra else {}),
         "diagnosis": {**DIAGNOSIS, **extra.get("diagnosis", {})},
     }
@@ -165,6 +172,8 @@ class LabRun(NetRun):
         self.peak_at: dt.datetime | None = None
         #: The API server's CPU cap while a scenario holds one.
         self.cap: CpuCap | None = None
+        #: The engine's cgroup and the hogs beside it, while a scenario loads its host.
+        self.pod: Pod | None = None
 
     @property
     def gpu_file(self) -> Path:
@@ -257,14 +266,18 @@ class LabRun(NetRun):
             raise LabError(f"vllm: a warm-up request failed: {exc}") from None
 
     def engine_at_its_niceness(self) -> None:
-        """A real engine whose scenario expects no verdict runs its engine core and worker
-        ahead of the tier's other load: its SLOs are set for the CPUs it gets alone, and at
-        a light load it takes little of them (CI at eb99541: at the tier's busy start, vLLM's
-        own TTFT P95 1.9 s for a mean prefill of 122 ms in `healthy`). One whose scenario
-        slows it stays at the tests' niceness: saturated ahead of them, it would hold the
-        other tests' CPUs for minutes (its API server stays ahead, start_engine())."""
+        """A real engine whose scenario needs it at its light-load speed (no verdict, or
+        the clients' own timeouts, whose premise is an engine answering in time) runs its
+        engine core and worker ahead of the tier's other load: its SLOs are set for the CPUs
+        it gets alone, and at a light load it takes little of them (CI at eb99541: at the
+        tier's busy start, vLLM's own TTFT P95 1.9 s for a mean prefill of 122 ms in
+        `healthy`; at df06281, 820 ms in `client-timeouts`, the first scenario). One whose
+        scenario slows it stays at the tests' niceness: saturated ahead of them, it would
+        hold the other tests' CPUs for minutes (its API server stays ahead, start_engine())."""
         assert self.sim is not None
-        children_at(self.sim.pid, FOREGROUND_NICE if not self.scenario.expect else 0)
+        light = all((e.layer, e.cause) == (CLIENT_TIMEOUTS.layer, CLIENT_TIMEOUTS.name)
+                    for e in self.scenario.expect)
+        children_at(self.sim.pid, FOREGROUND_NICE if light else 0)
 
     def start_watchers(self) -> None:
         """The exporter (with its config and the GPU state), Prometheus and the load."""
@@ -272,12 +285,21 @@ class LabRun(NetRun):
         targets = {c: self.net.carriers[c].target for c in CARRIERS}
         now = dt.datetime.now(dt.UTC)
         self.peak_at = peak_start(now, s) if s.peak else None
-        config = exporter_config(s, targets, now, self.peak_at)
+        if s.host is not None and self.sim is not None and self.pod is None:
+            self.pod = Pod(self.sim.pid, f"{self.net.lab.tag}-engine")
+        config = exporter_config(s, targets, now, self.peak_at,
+                                 self.pod.name if self.pod is not None else None)
         self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         self.write_gpu(s.gpu.calm() if s.baseline == 0 else Gpu(count=s.gpu.count))
-        exporter = self.spawn(self.net.client, "exporter", [
-            sys.executable, "-m", "tests.support.lab.exporter_main",
-            str(self.config_file), str(self.gpu_file)])
+        command = [sys.executable, "-m", "tests.support.lab.exporter_main",
+                   str(self.config_file), str(self.gpu_file)]
+        if self.pod is not None:
+            # `ip netns exec` mounts a fresh /sys without the cgroup file systems: the
+            # exporter's host check sees the engine's group once cgroup2 is mounted again
+            # (in the namespace's own mount table only).
+            command = ["sh", "-c", 'mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"',
+                       "exporter", *command]
+        exporter = self.spawn(self.net.client, "exporter", command)
         self.watchers.append(exporter)
         if s.engine.kind == "vllm":  # the prober of a real engine: see start_engine()
             ahead_of_load(exporter.pid)
@@ -345,6 +367,9 @@ class LabRun(NetRun):
         if self.cap is not None:
             self.cap.release()
             self.cap = None
+        if self.pod is not None:
+            self.pod.release()
+            self.pod = None
 
     def close(self) -> None:
         try:
@@ -378,6 +403,8 @@ class LabRun(NetRun):
             self.write_gpu(s.gpu.calm())
         if s.api_server_cpus is not None and self.sim is not None:
             self.cap = CpuCap(self.sim.pid, s.api_server_cpus, f"{self.net.lab.tag}-api")
+        if s.host is not None and s.host.cpu_hog and self.pod is not None:
+            self.pod.cpu_hog(s.host.cpu_hog)
         if s.simulator.down and self.sim is not None:
             self.net.lab.stop(self.sim)
 

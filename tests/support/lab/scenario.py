@@ -240,6 +240,16 @@ class Gpu(StrictModel):
         return self.model_copy(update={"xids": []})
 
 
+class Host(StrictModel):
+    """Real load in the engine's cgroup (a cgroup v2 group the lab puts the engine in, read
+    by the exporter's host check) from the moment the scenario applies."""
+
+    #: Busy loops beside the engine, capped together at a quarter of a CPU
+    #: (tests/support/cgroups.py): more loops than the cap runs, so some always wait; 0,
+    #: the engine in its group alone (the host check reading a clean engine).
+    cpu_hog: Literal[0, 2, 3, 4, 5, 6, 7, 8] = 0
+
+
 class Probes(StrictModel):
     """The lab's probes (one per carrier and the local one), as the scenario changes them."""
 
@@ -293,6 +303,9 @@ class Scenario(StrictModel):
     #: applies; its engine core keeps its own.
     api_server_cpus: Annotated[float, Field(gt=0, le=64)] | None = None
     gpu: Gpu = Gpu()
+    #: Load on the engine's host; without it the exporter's host check is off (the lab's
+    #: host is the test tier's, its pressure never a scenario's).
+    host: Host | None = None
     probes: Probes = Probes()
     #: Merged into the generated exporter config (slo:, diagnosis:, alerting:).
     exporter: dict[Literal["slo", "diagnosis", "alerting"], dict[str, Any]] = Field(

@@ -28,11 +28,16 @@ def test_promtool_check_rules(prom_cli: PromCli) -> None:
     assert out.stdout.count("SUCCESS") == len(RULE_FILES)
 
 
-def test_promtool_unit_tests_pass(prom_cli: PromCli) -> None:
-    assert TESTS
-    out = prom_cli("promtool", "test", "rules", *map(str, TESTS))
+def test_there_are_promtool_unit_tests() -> None:
+    assert len(TESTS) >= 10
+
+
+# One file a test: together they outgrew the tier's timeout on 2 shared cores.
+@pytest.mark.parametrize("path", TESTS, ids=lambda p: p.name)
+def test_promtool_unit_tests_pass(prom_cli: PromCli, path: Path) -> None:
+    out = prom_cli("promtool", "test", "rules", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("SUCCESS") == len(TESTS)
+    assert out.stdout.count("SUCCESS") == 1
 
 
 def _alert_cases() -> dict[str, dict[str, int]]:

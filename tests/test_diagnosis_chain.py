@@ -113,6 +113,9 @@ CASES: dict[str, tuple[Observations, str, dict[str, str]]] = {
     "memory_bandwidth": (with_gpu(all_probes(with_engine(healthy(), **SLOW_DECODE),
                                              tpot_p95=0.22), 0,
                                   dram_bandwidth_utilization=0.96), "gpu", {"gpu": "0"}),
+    # GPU 0's PCIe link trained at x8 of x16 under a slow decode.
+    "interconnect": (with_gpu(all_probes(with_engine(healthy(), **SLOW_DECODE), tpot_p95=0.22),
+                              0, pcie_width=8.0), "gpu", {"gpu": "0"}),
     # Another job takes the engine's CPUs: its steps slow and its GPUs idle.
     "cpu_saturated": (with_gpu(with_host(all_probes(with_engine(healthy(), **SLOW_DECODE),
                                                     tpot_p95=0.22), cpu=0.85),
@@ -608,3 +611,19 @@ def test_the_whole_hosts_pressure_is_never_a_verdict() -> None:
     d = diagnose(obs)
     assert d.status == "healthy" and not d.verdicts, render(d)
     assert {s.step: s.result for s in d.steps}["host"] == "not_configured"
+
+
+def test_a_degraded_link_under_a_fast_engine_is_no_verdict_and_clears_the_gpu() -> None:
+    d = diagnose(with_gpu(healthy(), 1, nvlink_down=2, nvlink_errors=40))
+    assert d.status == "healthy" and not d.verdicts, render(d)
+    gpu = {s.step: s for s in d.steps}["gpu"]
+    assert {e.metric for e in gpu.evidence} >= {"count(llm_gpu_nvlink_up == 0)",
+                                                "llm_gpu_pcie_link_width"}
+
+
+def test_nvlink_errors_climbing_under_a_slow_prefill_name_the_link() -> None:
+    d = diagnose(with_gpu(all_probes(with_engine(healthy(), ttft_p95=2.0), **SLOW_ALL), 1,
+                          nvlink_down=1, nvlink_errors=40))
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("gpu", "interconnect")], render(d)
+    assert "1 NVLink(s) down; 40 NVLink errors" in d.verdicts[0].summary, render(d)
+    assert d.verdicts[0].scope["gpu"] == "1"

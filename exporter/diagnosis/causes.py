@@ -330,6 +330,17 @@ MEMORY_BANDWIDTH = Cause(
     ),
     absorbs=(SLOW_DECODE,), thresholds=("diagnosis.dram_bandwidth",))
 
+INTERCONNECT = Cause(
+    "gpu", "interconnect",
+    "a GPU's PCIe link runs below its maximum, an NVLink is down, or link errors climb while "
+    "its engine is slow", COMPUTE, TIMEOUT, (
+        "Check the links (nvidia-smi -q -d PCIE; nvidia-smi nvlink -s, -e): a PCIe link "
+        "below its maximum width or generation wants a reseat (riser, slot); an NVLink down "
+        "or erroring wants the GPU drained and the board serviced.",
+        "Keep tensor-parallel groups on GPUs joined by NVLink (nvidia-smi topo -m).",
+    ),
+    absorbs=SPLIT, parts=(BudgetPart.QUEUE, BudgetPart.PREFILL))
+
 # --- host ---------------------------------------------------------------------------------
 #: A starved host slows every part of the engine's work that runs on it: the API server,
 #: the scheduler between steps, the launches that keep the GPU fed (which then idles).
@@ -419,7 +430,7 @@ CAUSES: tuple[Cause, ...] = (
     STREAM_STALLS,
     DOWN, QUEUEING, SLOW_PREFILL, SLOW_DECODE, KV_CACHE_PRESSURE, IMBALANCE, FRONTEND,
     PREFIX_CACHE_MISS, SPEC_DECODE, KV_TRANSFER,
-    THROTTLING, MEMORY_FULL, XID_ERRORS, UNDERUTILIZED, MEMORY_BANDWIDTH,
+    THROTTLING, MEMORY_FULL, XID_ERRORS, UNDERUTILIZED, MEMORY_BANDWIDTH, INTERCONNECT,
     *HOST_CAUSES,
     LONG_PROMPTS, RATE_LIMITED, CLIENT_CONCURRENCY, CLIENT_TIMEOUTS,
     NO_DATA,

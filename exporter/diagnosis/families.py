@@ -69,13 +69,18 @@ def _read() -> tuple[set[str], set[str]]:
 
 
 _FINE, _COARSE = _read()
-#: Sections whose counters started before the exporter: an engine's, and the kernel's.
+#: Sections whose counters started before the exporter: an engine's, and the kernel's; and
+#: the GPU driver's counters since it loaded. The GPU's XID count is the exporter's own.
 STARTED_BEFORE = ("engine", "host")
+DRIVER_COUNTERS = frozenset(f.name for f in (
+    metrics.GPU_ENERGY, metrics.GPU_PCIE_REPLAYS, metrics.GPU_NVLINK_ERRORS,
+    metrics.GPU_ECC_ERRORS))
 #: sample name -> (monotonic, counts from zero on first appearance: only the exporter's
 #: own counters are born at zero).
 KINDS: dict[str, tuple[bool, bool]] = {
     name: (FAMILY_OF[name].kind is not metrics.Kind.GAUGE,
-           FAMILY_OF[name].section not in STARTED_BEFORE)
+           FAMILY_OF[name].section not in STARTED_BEFORE
+           and FAMILY_OF[name].name not in DRIVER_COUNTERS)
     for name in sorted(_FINE)}
 #: The family names a registry's collect() yields (counters without ``_total``).
 COLLECTED: frozenset[str] = frozenset(FAMILY_OF[name].base for name in KINDS)

@@ -38,6 +38,11 @@ def pairs(values: By, config: Config) -> dict[tuple[str, str], float]:
     return {(k[0], k[1]): v for k, v in values.items()}
 
 
+def links_down(values: By, config: Config) -> int:
+    """Links (by ``link``) whose up gauge reads 0."""
+    return sum(1 for v in values.values() if v < 1)
+
+
 def or_zero(values: By, config: Config) -> float:
     return values.get((), 0.0)
 

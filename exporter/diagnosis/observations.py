@@ -381,6 +381,18 @@ class GpuWindow:
                                default=0)
     dram_bandwidth_utilization: float | None = measured(
         GPU, MeanOverTime(metrics.GPU_DRAM_BANDWIDTH_UTILIZATION.name), trend=True)
+    #: The PCIe link's generation and width at the window's end, and the most it trains to.
+    pcie_gen: float | None = measured(GPU, Last(metrics.GPU_PCIE_LINK_GENERATION.name))
+    pcie_gen_max: float | None = measured(GPU, Last(metrics.GPU_PCIE_LINK_GENERATION_MAX.name))
+    pcie_width: float | None = measured(GPU, Last(metrics.GPU_PCIE_LINK_WIDTH.name))
+    pcie_width_max: float | None = measured(GPU, Last(metrics.GPU_PCIE_LINK_WIDTH_MAX.name))
+    #: NVLinks down at the window's end (0 without NVLink).
+    nvlink_down: int = measured(GPU, Last(metrics.GPU_NVLINK_UP.name, (
+        metrics.GPU_NVLINK_UP.labels[-1],)), finish.links_down, default=0)
+    #: Link errors in the window: NVLink replays, recoveries and CRC errors; PCIe replays.
+    nvlink_errors: int = measured(GPU, Increase(metrics.GPU_NVLINK_ERRORS.name), count,
+                                  default=0)
+    pcie_replays: int = measured(GPU, Increase(metrics.GPU_PCIE_REPLAYS.name), count, default=0)
 
 
 _CLIENT_SENT = Increase(metrics.CLIENTS_SEGMENTS_SENT.name)

@@ -59,7 +59,8 @@ def engine(name: str = "main", **kw: Any) -> EngineWindow:
 def gpu(index: int = 0, **kw: Any) -> GpuWindow:
     base: dict[str, Any] = dict(
         gpu=str(index), name="NVIDIA H200", utilization=0.8, memory_used_ratio=0.9,
-        dram_bandwidth_utilization=0.55,
+        dram_bandwidth_utilization=0.55, pcie_gen=5.0, pcie_gen_max=5.0, pcie_width=16.0,
+        pcie_width_max=16.0,
     )
     base.update(kw)
     return GpuWindow(**base)

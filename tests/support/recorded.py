@@ -29,6 +29,8 @@ XID_MINUTE = 44
 THROTTLE_MINUTE = 45
 #: From here a job beside the engine takes its CPUs: the engine's cgroup stalls for one.
 HOST_HOG_MINUTE = 40
+#: From here GPU 1's PCIe link runs at x8 and one of its NVLinks is down and replaying.
+LINK_MINUTE = 42
 HOST_CPUS = 32
 
 PROBES = (("chat", "gpu-sh:443", "short", "mobile", "main"),
@@ -83,8 +85,9 @@ class Fleet:
     later: random.Random = field(default_factory=lambda: random.Random(22))
     #: Likewise for the first token's budget, added after those.
     budget: random.Random = field(default_factory=lambda: random.Random(23))
-    #: And for the host, added after the budget.
+    #: And for the host, added after the budget, and the GPUs' links after that.
     host: random.Random = field(default_factory=lambda: random.Random(24))
+    link: random.Random = field(default_factory=lambda: random.Random(25))
     counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
     hists: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = field(default_factory=dict)
 
@@ -333,7 +336,7 @@ def _gpu_tick(f: Fleet, minute: int, first: bool) -> list[RawSample]:
 def _host_tick(f: Fleet, minute: int, i: int) -> list[RawSample]:
     """The host's counters were counting before the exporter started: their first sample
     is far from zero."""
-    r, out = f.host, []
+    r, out = f.host, list[RawSample]()
     hog = minute >= HOST_HOG_MINUTE
     base = 1e5 if i == 0 else 0.0
     for scope in metrics.HOST_SCOPES:
@@ -356,6 +359,28 @@ def _host_tick(f: Fleet, minute: int, i: int) -> list[RawSample]:
     out.append((metrics.HOST_MEMORY_TOTAL.name, {}, 2e12))
     out.append((metrics.HOST_MEMORY_AVAILABLE.name, {}, r.uniform(0.5e12, 0.6e12)))
     out.append((metrics.HOST_CPUS.name, {}, float(HOST_CPUS)))
+    return out
+
+
+def _link_tick(f: Fleet, minute: int, i: int) -> list[RawSample]:
+    """The driver's link counters count from its load: far from zero at the first sample."""
+    r, out = f.link, list[RawSample]()
+    for values, labels in _rows(metrics.GPU_LABELS, GPUS):
+        bad = values[0] == "1" and minute >= LINK_MINUTE
+        for family, value in ((metrics.GPU_PCIE_LINK_GENERATION, 5.0),
+                              (metrics.GPU_PCIE_LINK_GENERATION_MAX, 5.0),
+                              (metrics.GPU_PCIE_LINK_WIDTH, 8.0 if bad else 16.0),
+                              (metrics.GPU_PCIE_LINK_WIDTH_MAX, 16.0)):
+            out.append((family.name, labels, value))
+        out.append(f.add(metrics.GPU_PCIE_REPLAYS.name, labels,
+                         (40 if i == 0 else 0) + r.randint(0, 2 if bad else 0)))
+        for link in ("0", "1"):
+            down = bad and link == "1"
+            out.append((metrics.GPU_NVLINK_UP.name, {**labels, "link": link},
+                        0.0 if down else 1.0))
+            out.append(f.add(metrics.GPU_NVLINK_ERRORS.name,
+                             {**labels, "link": link, "kind": "replay"},
+                             (12 if i == 0 else 0) + (r.randint(1, 5) if down else 0)))
     return out
 
 
@@ -411,6 +436,7 @@ def ticks(start: float, seed: int = 20) -> Iterator[tuple[float, list[RawSample]
             *_probe_tick(f, minute), *_path_tick(f, minute, first), *_engine_tick(f, minute),
             *_budget_tick(f, minute),
             *_gpu_tick(f, minute, first), *_check_tick(f, minute), *_host_tick(f, minute, i),
+            *_link_tick(f, minute, i),
             *_clients_tick(f, clients, minute),
         ]
 

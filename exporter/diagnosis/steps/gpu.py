@@ -1,11 +1,13 @@
 """Step 4: the GPUs under a slow engine: throttling, memory full, XID errors, too idle to be
-the bottleneck, DRAM bandwidth saturated while decode is slow. A short GPU disguises itself
-as a slow network, which is why this step comes after the network and engine ones."""
+the bottleneck, DRAM bandwidth saturated while decode is slow, a degraded link. A short GPU
+disguises itself as a slow network, which is why this step comes after the network and
+engine ones."""
 
 from __future__ import annotations
 
 from exporter import metrics
 from exporter.diagnosis.causes import (
+    INTERCONNECT,
     MEMORY_BANDWIDTH,
     MEMORY_FULL,
     THROTTLING,
@@ -19,6 +21,7 @@ from exporter.diagnosis.steps.base import Case, EngineState, Finding, Outcome, S
 from exporter.diagnosis.steps.words import pct, strength
 
 MEMORY_RATIO = f"{metrics.GPU_MEMORY_USED.name} / {metrics.GPU_MEMORY_TOTAL.name}"
+LINKS_DOWN = f"count({metrics.GPU_NVLINK_UP.name} == 0)"
 
 
 def _causes(case: Case, g: GpuWindow, st: EngineState | None,
@@ -59,7 +62,38 @@ def _causes(case: Case, g: GpuWindow, st: EngineState | None,
                         strength(bw, lines.dram_bandwidth, 0.7)))
         else:
             cleared.append(e)
+    link = _link(case, g, lab)
+    if link is not None:
+        clause, ev = link
+        if slow and clause:
+            out.append((INTERCONNECT, clause, ev, 0.8))
+        else:
+            cleared.extend(ev)
     return out
+
+
+def _link(case: Case, g: GpuWindow, lab: dict[str, str]
+          ) -> tuple[str, list[Evidence]] | None:
+    """What is wrong with the GPU's links ("" when nothing), with the evidence; None when
+    NVML gives none of it."""
+    clauses, ev = [], []
+    for now, most, family, what in (
+            (g.pcie_width, g.pcie_width_max, metrics.GPU_PCIE_LINK_WIDTH, "x{:g} of x{:g}"),
+            (g.pcie_gen, g.pcie_gen_max, metrics.GPU_PCIE_LINK_GENERATION,
+             "gen {:g} of {:g}")):
+        if now is not None and most is not None:
+            ev.append(case.evidence(family.name, now, lab, most))
+            if now < most:
+                clauses.append("PCIe link at " + what.format(now, most))
+    for n, name, what in ((g.nvlink_down, LINKS_DOWN, "NVLink(s) down"),
+                          (g.nvlink_errors, metrics.GPU_NVLINK_ERRORS.name, "NVLink errors"),
+                          (g.pcie_replays, metrics.GPU_PCIE_REPLAYS.name, "PCIe replays")):
+        if n:
+            clauses.append(f"{n} {what}")
+            ev.append(case.evidence(name, n, lab, 0))
+    if not ev:
+        return None
+    return "; ".join(clauses), ev
 
 
 def _served(case: Case, g: GpuWindow) -> str:

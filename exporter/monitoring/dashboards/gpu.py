@@ -69,6 +69,24 @@ def gpu(config: Config) -> db.Dashboard:
                    f"{g} {{{{reason}}}}")],
                  {"0": "off", "1": "active"}),
     ])
+    links = Section("Links", [
+        ts("PCIe link width and generation",
+           "What the link runs at against what it supports: a width under its max trained "
+           "narrower (a riser, a slot); a generation under its max under load is the same.",
+           "short",
+           [(series(metrics.GPU_PCIE_LINK_WIDTH), f"{g} width"),
+            (series(metrics.GPU_PCIE_LINK_WIDTH_MAX), f"{g} max width"),
+            (series(metrics.GPU_PCIE_LINK_GENERATION), f"{g} generation"),
+            (series(metrics.GPU_PCIE_LINK_GENERATION_MAX), f"{g} max generation")], span=8),
+        ts("NVLinks down", "Links NVML reports down, per GPU (none without NVLink).", "short",
+           [(f"sum by (gpu) (1 - {metrics.GPU_NVLINK_UP.name}{gs})", g)], span=8),
+        ts("Link errors", "NVLink data-link errors by kind and PCIe replays, per rate "
+           "interval: any rising count is a link going bad.", "short",
+           [(f"sum by (gpu, kind) (increase({metrics.GPU_NVLINK_ERRORS.name}{gs}[{RI}]))",
+             f"{g} NVLink {{{{kind}}}}"),
+            (f"sum by (gpu) (increase({metrics.GPU_PCIE_REPLAYS.name}{gs}[{RI}]))",
+             f"{g} PCIe replays")], span=8),
+    ])
     errors = Section("Errors", [
         ts("XID errors",
            "XID critical errors reported by the driver, by XID number, per rate interval.",
@@ -83,7 +101,7 @@ def gpu(config: Config) -> db.Dashboard:
         "llm-gpu", "LLM latency: GPU and host",
         "NVML telemetry: is the GPU busy, bandwidth-bound, hot, throttled or failing? And "
         "the host under it: is the engine waiting for a CPU, memory or IO?",
-        ("instance", "gpu"), [activity, memory, errors, _host(config)],
+        ("instance", "gpu"), [activity, memory, links, errors, _host(config)],
     )
 
 
@@ -113,10 +131,10 @@ def _host(config: Config) -> Section:
            [(f"rate({metrics.HOST_SWAP.name}{hs}[{RI}])", "{{instance}} swap {{direction}}"),
             (f"rate({metrics.HOST_MAJOR_FAULTS.name}{hs}[{RI}])", "{{instance}} major faults")],
            span=6),
-        ts("CPU: the host's busy share and the engine's cores",
-           "The host's CPUs busy (every mode but idle and iowait), and the CPUs' worth of "
-           "time the engine's cgroup used.", "short",
+        ts("CPU: the host's busy CPUs of all it has",
+           "The host's CPUs busy (every mode but idle and iowait) against how many it has. "
+           "The engine cgroup's own CPU, where the host check names it: "
+           f"rate({metrics.HOST_ENGINE_CPU.name}).", "short",
            [(f"sum by (instance) (rate({cpu.name}{busy}[{RI}]))", "{{instance}} busy CPUs"),
-            (f"rate({metrics.HOST_ENGINE_CPU.name}{hs}[{RI}])", "{{instance}} engine CPUs"),
             (f"{metrics.HOST_CPUS.name}{hs}", "{{instance}} CPUs")]),
     ])

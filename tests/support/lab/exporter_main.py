@@ -4,7 +4,8 @@ its GPUs set from a JSON file the lab writes and rewrites when a scenario applie
     python -m tests.support.lab.exporter_main CONFIG GPU_JSON [PEAK_END_UNIX_TIME]
 
 ``GPU_JSON`` is ``{"count": 1, "throttle": ["sw_thermal"], "utilization": 0.9,
-"dram_bw": 0.6, "memory_used": 0.8, "xids": [[0, 79]]}``. A watcher thread re-reads it when
+"dram_bw": 0.6, "memory_used": 0.8, "xids": [[0, 79]], "pcie_width": 8, "nvlink_down": 1,
+"nvlink_replays": 5}`` (the links' knobs on GPU 0 only). A watcher thread re-reads it when
 it changes and updates the fake GPUs in place, so the GPU check sees the change at its next
 sample; each ``xids`` entry ([GPU index, XID]) beyond those already seen is one XID event.
 The GPU count is fixed at start (NVML enumerates once).
@@ -52,6 +53,11 @@ def apply(gpus: list[FakeGpu], spec: dict[str, Any]) -> None:
         gpu.sm_clock_mhz = 1200 if throttle else 1980
         assert gpu.gpm is not None
         gpu.gpm[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL] = 100 * spec.get("dram_bw", 0.5)
+    first = gpus[0]
+    first.pcie_width = spec.get("pcie_width", first.pcie_width_max)
+    if first.nvlink is not None:  # the last links down: link 0 stays up to count replays
+        up = len(first.nvlink) - spec.get("nvlink_down", 0)
+        first.nvlink = [i < up for i in range(len(first.nvlink))]
 
 
 def raise_xids(fake: FakeNvml, spec: dict[str, Any], seen: int) -> int:
@@ -62,7 +68,12 @@ def raise_xids(fake: FakeNvml, spec: dict[str, Any], seen: int) -> int:
 
 
 def watch(path: Path, gpus: list[FakeGpu], fake: FakeNvml, xids: int) -> None:
+    """Re-applies the file when it changes; GPU 0's link 0 replays at the file's
+    ``nvlink_replays`` per second from then on."""
     seen = path.stat().st_mtime_ns
+    rate = json.loads(path.read_text()).get("nvlink_replays", 0)
+    key = (0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY)
+    base, since = gpus[0].nvlink_errors.get(key, 0), time.monotonic()
     while True:
         time.sleep(0.2)
         try:
@@ -72,8 +83,11 @@ def watch(path: Path, gpus: list[FakeGpu], fake: FakeNvml, xids: int) -> None:
                 spec = json.loads(path.read_text())
                 apply(gpus, spec)
                 xids = raise_xids(fake, spec, xids)
+                rate = spec.get("nvlink_replays", 0)
+                base, since = gpus[0].nvlink_errors.get(key, 0), time.monotonic()
         except (OSError, ValueError):
             continue  # a rewrite in progress; the next poll reads it whole
+        gpus[0].nvlink_errors[key] = base + int(rate * (time.monotonic() - since))
 
 
 def peak_clock(config: Config, peak_end: float) -> Callable[[], float]:

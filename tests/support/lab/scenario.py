@@ -227,6 +227,11 @@ class Gpu(StrictModel):
     #: window (the runner writes them then): a count in the window is a verdict of its own.
     xids: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]]] = Field(
         default_factory=list)
+    #: GPU 0's links: its PCIe link trained at this width (of 16), this many of its 18
+    #: NVLinks down, and NVLink replays per second on its link 0.
+    pcie_width: Literal[1, 2, 4, 8, 16] = 16
+    nvlink_down: Annotated[int, Field(ge=0, le=18)] = 0
+    nvlink_replays: Annotated[float, Field(ge=0, le=1000)] = 0.0
 
     @model_validator(mode="after")
     def _xids_on_a_gpu(self) -> Gpu:

@@ -32,7 +32,10 @@ def test_there_are_promtool_unit_tests() -> None:
     assert len(TESTS) >= 10
 
 
-# One file a test: together they outgrew the tier's timeout on 2 shared cores.
+# One file a test: together they outgrew the tier's timeout on 2 shared cores. One worker
+# runs them all, one after another: each promtool run takes a whole CPU for up to a minute,
+# and several at once starved the labs' Prometheus servers beside them.
+@pytest.mark.xdist_group("promtool-unit")
 @pytest.mark.parametrize("path", TESTS, ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(prom_cli: PromCli, path: Path) -> None:
     out = prom_cli("promtool", "test", "rules", str(path))

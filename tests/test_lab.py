@@ -433,8 +433,8 @@ def test_scenario_files_load_cover_the_issue_and_fit_ci() -> None:
         assert scenarios[f"healthy-seed{i}"].seed == i and not scenarios[f"healthy-seed{i}"].expect
     combo = scenarios["loss-and-overload"].expect
     assert [(e.layer, e.cause) for e in combo] == [("engine", "queueing"), ("network", "packet_loss")]
-    # Their serial sum (lab start and cleanup take ~10 s each run): 1,750 s with the
-    # thirty-one of today. Each scenario lab is an xdist group of its own in the parts tier,
+    # Their serial sum (lab start and cleanup take ~10 s each run): 1,700 s with the
+    # thirty of today. Each scenario lab is an xdist group of its own in the parts tier,
     # so up to six run beside each other there and add far less than this sum to CI's wall
     # time (docs/architecture.md, "Measured"); the bound keeps the set short.
     total = sum(s.baseline + s.settle + 10 for s in scenarios.values())

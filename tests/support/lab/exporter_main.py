@@ -53,6 +53,8 @@ def apply(gpus: list[FakeGpu], spec: dict[str, Any]) -> None:
         gpu.sm_clock_mhz = 1200 if throttle else 1980
         assert gpu.gpm is not None
         gpu.gpm[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL] = 100 * spec.get("dram_bw", 0.5)
+    if not gpus:
+        return  # a vantage point's exporter
     first = gpus[0]
     first.pcie_width = spec.get("pcie_width", first.pcie_width_max)
     if first.nvlink is not None:  # the last links down: link 0 stays up to count replays

@@ -315,11 +315,6 @@ class LabRun(NetRun):
         if "prometheus" in self.sources:
             self.wait(lambda: self.client_get("/-/ready", PROMETHEUS_PORT, 1)[0] == 200, 30,
                       "prometheus")
-            if s.engine.kind == "vllm":
-                # A saturated vLLM on the tier's two cores kept it from answering diagnose's
-                # queries within their 30 s (CI at 19096c7, spec-decode); its threads so far,
-                # and those they start, go ahead like the exporter's.
-                ahead_of_load(self.watchers[-1].pid)
 
         base = s.baseline_simulator
         if base is not None and s.baseline > 0:

@@ -49,9 +49,9 @@ def _on(case: Case, h: HostWindow) -> list[EngineState]:
     return [] if h.vantage else [st for st in case.engines if st.engine.site == h.site]
 
 
-def _findings(case: Case, h: HostWindow, cleared: list[Evidence]) -> list[Finding]:
-    scope_of = metrics.ENGINE_SCOPE
-    engines = _on(case, h)
+def _findings(case: Case, h: HostWindow, engines: list[EngineState],
+              cleared: list[Evidence]) -> list[Finding]:
+    scope_of = metrics.ENGINE_SCOPE  # only the engine's cgroup is judged
     out: list[Finding] = []
     for resource, cause, line, what in _lines(case):
         share = h.pressure.get((scope_of, resource))
@@ -83,11 +83,12 @@ def evaluate(case: Case) -> Outcome:
     for h in case.obs.hosts:
         if case.failing("host"):
             break  # what we have is stale
-        engines = {st.engine.engine for st in _on(case, h)}
+        states = _on(case, h)
+        engines = {st.engine.engine for st in states}
         if not engines or not h.engine_measured:
             continue  # a probe-only vantage point, or no engine cgroup named
         decided = True
-        found = _findings(case, h, cleared)
+        found = _findings(case, h, states, cleared)
         for f in found:
             for ef in case.findings:
                 if ef.cause in f.cause.absorbs and not ef.taken_over and \

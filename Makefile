@@ -10,7 +10,9 @@ BIN    := $(VENV)/bin
 # systemd: systemd-analyze verifies the unit in deploy/systemd.
 SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2 nftables systemd chromium openssl victoria-metrics
 DEMO_CONFIG ?= deploy/demo.yaml
+# The demo's ports; the config's simulator port follows SIM_PORT (make run SIM_PORT=8801).
 SIM_PORT ?= 8800
+DEMO_PORT ?= 9400
 
 .PHONY: run test lint typecheck pytest test-fast test-parts install install-test system-deps
 .PHONY: check-python clean generate
@@ -48,12 +50,15 @@ system-deps:
 
 run: install
 	@echo "engine simulator:  http://127.0.0.1:$(SIM_PORT)/v1/models   (a simulator for trying the stack)"
-	@echo "exporter metrics:  http://127.0.0.1:9400/metrics"
-	@echo "exporter status:   http://127.0.0.1:9400/"
+	@echo "exporter metrics:  http://127.0.0.1:$(DEMO_PORT)/metrics"
+	@echo "exporter status:   http://127.0.0.1:$(DEMO_PORT)/"
 	@echo "stop with Ctrl-C"
-	@trap 'kill $$sim 2>/dev/null; wait $$sim 2>/dev/null' EXIT INT TERM; \
+	@cfg=$$(mktemp --suffix=.yaml); \
+	trap 'kill $$sim 2>/dev/null; wait $$sim 2>/dev/null; rm -f $$cfg' EXIT INT TERM; \
+	sed -e 's/127\.0\.0\.1:8800/127.0.0.1:$(SIM_PORT)/g' -e 's/port: 8800/port: $(SIM_PORT)/g' \
+	  $(DEMO_CONFIG) > $$cfg; \
 	$(BIN)/llm-latency-exporter simulate --port $(SIM_PORT) --format vllm & sim=$$!; \
-	$(BIN)/llm-latency-exporter run --config $(DEMO_CONFIG)
+	$(BIN)/llm-latency-exporter run --config.file $$cfg --web.listen-address 127.0.0.1:$(DEMO_PORT)
 
 lint: install-test
 	$(BIN)/ruff check .
@@ -116,7 +121,7 @@ test-vllm: install-test vllm-env
 # Refresh the committed rules, Alertmanager template and dashboards after changing
 # config.example.yaml or exporter/monitoring/ (a test fails while stale).
 generate: install
-	$(BIN)/llm-latency-exporter generate --config config.example.yaml --out alerts --dashboards dashboards
+	$(BIN)/llm-latency-exporter generate --config.file config.example.yaml --out alerts --dashboards dashboards
 	$(BIN)/python -m exporter.monitoring.prometheusrule --rules alerts/rules --out deploy/kubernetes/prometheusrule.yaml
 
 # Prometheus, Alertmanager (Debian binaries), the exporter, the engine simulator and a

@@ -1,7 +1,7 @@
 """The diagnosis over generated scenarios: a confusion matrix of expected x given verdicts.
 
     sudo .venv/bin/python -m benchmarks.diagnosis_matrix --seed 1 --n 12 --parallel 2 \\
-        --out docs/diagnosis.md --json docs/diagnosis-matrix.json
+        --out docs/dev/diagnosis.md --json docs/diagnosis-matrix.json
 
 Scenarios come from ``tests/support/lab/generate.py`` (seeded: single and double faults and
 healthy runs, each with the verdicts its knobs and the run's thresholds imply). Each one runs

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -17,7 +19,7 @@ from pydantic import ValidationError
 from exporter import __version__
 from exporter.checks import build_checks
 from exporter.checks.host.check import HostCheck
-from exporter.commands import AddParser, Command
+from exporter.commands import AddParser, Command, add_config_flag
 from exporter.config.load import load_config
 from exporter.config.models import Config, ServerConfig
 from exporter.config.values import format_duration, secret_refs
@@ -25,6 +27,7 @@ from exporter.config.web import Web, load_web_config
 from exporter.config.yamlfile import ConfigError
 
 EXIT_USAGE = 2
+EXIT_SIGPIPE = 128 + signal.SIGPIPE
 _T = TypeVar("_T")
 
 RUN_EXAMPLES = """examples:
@@ -39,6 +42,7 @@ RUN_EXAMPLES = """examples:
 
 CHECK_EXAMPLES = """examples:
   llm-latency-exporter check-config config.yaml
+  llm-latency-exporter check-config --config.file /etc/llm-latency-exporter/config.yaml
   llm-latency-exporter check-config deploy/demo.yaml && systemctl reload llm-latency-exporter
   llm-latency-exporter check-config config.yaml --web.config.file web.yml
 exit status: 0 valid, 2 invalid (one line per problem, naming the YAML path and line)
@@ -166,17 +170,22 @@ def summarize(config: Config, path: str, web: Web | None = None) -> str:
 def cmd_check_config(args: argparse.Namespace) -> int:
     # Like promtool's: syntax and semantics. A secret this shell cannot read is a warning
     # here (the file may be checked on a build machine); run refuses to start without it.
+    if (args.file is None) == (args.config is None):
+        print("error: check-config: give the config file once, as FILE or --config.file FILE",
+              file=sys.stderr)
+        return EXIT_USAGE
+    file: str = args.file or args.config
     config = _or_exit(
-        lambda: require_checks(load_config(args.file, resolve_secrets=False), args.allow_empty)
+        lambda: require_checks(load_config(file, resolve_secrets=False), args.allow_empty)
     )
-    for path, ref in secret_refs(config):
+    for where, ref in secret_refs(config):
         problem = ref.problem()
         if problem:
-            print(f"warning: {config.where(*path)}: {problem}; run refuses to start without it",
+            print(f"warning: {config.where(*where)}: {problem}; run refuses to start without it",
                   file=sys.stderr)
     web = _or_exit(
         lambda: load_web_config(args.web_config_file) if args.web_config_file else None)
-    print(_or_exit(lambda: summarize(config, args.file, web)))
+    print(_or_exit(lambda: summarize(config, file, web)))
     return 0
 
 
@@ -220,8 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         register(add)
 
     run = add("run", cmd_run, "run the exporter", RUN_EXAMPLES)
-    run.add_argument("--config.file", "--config", dest="config", default="config.yaml",
-                     help="config file (default: %(default)s)")
+    add_config_flag(run, "config file (default: %(default)s)", "config.yaml")
     run.add_argument("--web.listen-address", dest="web_listen_address", metavar="HOST:PORT",
                      help="overrides server.listen_address")
     run.add_argument("--log.level", dest="log_level", choices=("debug", "info", "warning", "error"),
@@ -230,13 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="overrides server.log_format")
     check = add("check-config", cmd_check_config, "validate a config and summarize it",
                 CHECK_EXAMPLES)
-    check.add_argument("file", help="config file to validate")
-    for p in (run, check):
+    check.add_argument("file", nargs="?", help="config file to validate")
+    add_config_flag(check, "the same, as a flag")
+    web = "TLS and basic-auth settings in Prometheus exporter-toolkit's web config format " \
+        "(docs/security.md)"
+    for p, web_help in ((run, f"{web}; re-read on SIGHUP"), (check, web)):
         p.add_argument("--allow-empty", action="store_true",
                        help="accept a config that configures no checks")
         p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
-                       help="TLS and basic-auth settings in Prometheus exporter-toolkit's"
-                       " web config format (docs/security.md); re-read on SIGHUP")
+                       help=web_help)
     return parser
 
 
@@ -247,6 +257,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version")
     ):
         args_list.insert(0, "run")
-    args = parser.parse_args(args_list)
-    func: Command = args.func
-    return func(args)
+    try:
+        args = parser.parse_args(args_list)  # --help writes too
+        func: Command = args.func
+        status = func(args)
+        sys.stdout.flush()  # inside the try: a pipe closed early fails here, not at exit
+    except BrokenPipeError:
+        # The reader left (`| head`); nobody reads the rest. Point stdout at /dev/null so
+        # the interpreter's own flush at exit cannot fail again, and exit as a process
+        # killed by SIGPIPE does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_SIGPIPE
+    return status

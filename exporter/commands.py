@@ -10,3 +10,10 @@ from collections.abc import Callable
 Command = Callable[[argparse.Namespace], int]
 #: ``add(name, command, help, epilog)`` -> the subcommand's parser, for its flags.
 AddParser = Callable[[str, Command, str, str], argparse.ArgumentParser]
+
+
+def add_config_flag(p: argparse.ArgumentParser, help: str, default: str | None = None) -> None:
+    """The config file, spelled as node_exporter spells its flags, on every subcommand;
+    ``--config`` stays as the short alias."""
+    p.add_argument("--config.file", "--config", dest="config", metavar="FILE", default=default,
+                   help=help)

@@ -279,6 +279,21 @@ def test_a_prefix_in_two_files_and_a_missing_file_are_refused(tmp_path: Path) ->
         load_carriers({"telecom": str(tmp_path / "nope.txt")})
 
 
+def test_every_missing_cidr_file_is_named_at_once(tmp_path: Path) -> None:
+    # A config copied away from its files misses all of them: one run of check-config says so.
+    write(tmp_path / "u.txt", "10.0.0.0/8")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("clients:\n  ports: [8000]\n  carriers:\n"
+                   "    telecom: t.txt\n    unicom: u.txt\n    mobile: m.txt\n")
+    with pytest.raises(ConfigError) as err:
+        clients.build(load_config(cfg))
+    assert err.value.messages == [
+        f"{cfg}: clients.carriers.telecom (line 4): cannot read {tmp_path}/t.txt: "
+        "No such file or directory",
+        f"{cfg}: clients.carriers.mobile (line 6): cannot read {tmp_path}/m.txt: "
+        "No such file or directory"]
+
+
 async def test_sighup_rereads_the_cidr_files_and_a_bad_one_keeps_the_running_lists(
         tmp_path: Path, stack: ExitStack) -> None:
     server = Server(socket.AF_INET, "127.0.0.1", stack)

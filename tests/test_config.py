@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel
 
 from exporter.config import yamlfile
-from exporter.config.load import parse_config
+from exporter.config.load import load_config, parse_config
 from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError, unwrap
 
@@ -250,6 +250,27 @@ def test_secret_from_file(tmp_path: Path) -> None:
     ref = cfg.engines[0].bearer_token
     assert ref is not None and ref.value() == "s3cret"
     assert "s3cret" not in repr(cfg) and "s3cret" not in str(cfg.model_dump())
+
+
+def test_relative_files_are_read_beside_the_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Installed as /etc/x/config.yaml with its files beside it, read from any directory.
+    etc = tmp_path / "etc"
+    (etc / "secrets").mkdir(parents=True)
+    (etc / "secrets" / "token").write_text("s3cret\n")
+    (etc / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    (etc / "config.yaml").write_text(
+        "engines:\n  - {name: a, url: 'http://x', bearer_token: {file: secrets/token}}\n"
+        "probes:\n  - {name: p, url: 'https://x/v1/chat/completions', model: m,"
+        " ca_file: ca.pem}\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(etc / "config.yaml")
+    ref = cfg.engines[0].bearer_token
+    assert ref is not None and ref.value() == "s3cret"
+    assert cfg.probes[0].ca_file == str(etc / "ca.pem")
+    (etc / "secrets" / "token").unlink()
+    with pytest.raises(ConfigError, match=f"cannot read secret file {etc}/secrets/token"):
+        load_config(etc / "config.yaml")
 
 
 def test_durations() -> None:

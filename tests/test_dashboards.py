@@ -12,7 +12,7 @@ import pytest
 
 from exporter.metrics import names
 from exporter.monitoring import dashboards as grafana
-from exporter.monitoring.dashboards.kit import COMPARE
+from exporter.monitoring.dashboards.kit import COMPARE, RESOLUTION
 from tests.support import ROOT
 from tests.support.generated import (
     RULE_FILES,
@@ -80,6 +80,15 @@ def test_panels(name: str) -> None:
             assert target["datasource"]["uid"] == DS, where
             assert target["expr"] and target["refId"], where
             assert "legendFormat" in target, where
+        # A quantile read from buckets says how fine it is.
+        if any("histogram_quantile(" in t["expr"] or any(n in t["expr"] for n in QUANTILE_NAMES)
+               for t in panel["targets"]):
+            assert RESOLUTION in panel["description"], where
+
+
+#: Every recorded quantile series.
+QUANTILE_NAMES = tuple(name for q in vars(names).values() if isinstance(q, names.Quantiles)
+                       for _, name in q.by_quantile())
 
 
 SELECTOR = re.compile(r"\b((?:llm_|[a-z_]+:)[a-zA-Z0-9_:]*)(\{[^}]*\})?")

@@ -436,6 +436,11 @@ def diagnose(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     ("--exporter", "http://a:1", "--prometheus", "http://b:1"),
     ("--prometheus", "prometheus:9090"),
     ("--config", "/nonexistent/config.yaml"),
+    ("--config.file", "/nonexistent/config.yaml"),
+    # An exporter answers with its latest diagnosis of its own window: not a silent 10m.
+    ("--exporter", "http://127.0.0.1:1", "--window", "1m"),
+    ("--window", "1m"),
+    ("--at", "2026-11-30T21:40:00Z"),
 ], ids=lambda a: " ".join(a))
 def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], tmp_path: Path) -> None:
     out = diagnose(*args, cwd=tmp_path)

@@ -164,12 +164,21 @@ def test_alerting_policy_drives_rules_alertmanager_and_dashboards() -> None:
             assert not unknown_names(text, recorded), name
 
 
-def test_probe_labels_for_inhibition_come_from_the_config() -> None:
-    absent = [r for r in alerts_by_name(generate.render(example())["rules/alerts.yaml"])[
+@pytest.mark.parametrize(("carrier", "labels"), [
+    ("", {}),  # the example's probe runs beside its engine: it crosses no carrier
+    ("    carrier: telecom\n", {"carrier": "telecom"}),  # as a vantage point's does
+])
+def test_probe_labels_for_inhibition_come_from_the_config(
+        carrier: str, labels: dict[str, str]) -> None:
+    text = EXAMPLE.read_text(encoding="utf-8").replace(
+        "    engine: main               # an engines[].name\n",
+        f"{carrier}    engine: main\n")
+    assert "    engine: main\n" in text, "config.example.yaml's probe moved"
+    config = parse_config(text, str(EXAMPLE), resolve_secrets=False)
+    absent = [r for r in alerts_by_name(generate.render(config)["rules/alerts.yaml"])[
         "LLMProbeAbsent"] if r["expr"].startswith("absent(")]
     assert [r["labels"] for r in absent] == [
-        {"severity": "warning", "probe": "chat", "carrier": "telecom", "engine_target": "main"}
-    ]
+        {"severity": "warning", "probe": "chat", **labels, "engine_target": "main"}]
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:

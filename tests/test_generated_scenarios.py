@@ -29,7 +29,7 @@ from tests.support.lab.scenario import Scenario, load_scenario
 #: on two carriers under its line), jitter on mobile beside 429s, a full GPU memory's
 #: slow first token beside mobile's packet loss, and GPU memory nearly full on a fast
 #: engine; each right from both sources in the 160-scenario matrix at d783731
-#: (docs/diagnosis.md).
+#: (docs/dev/diagnosis.md).
 SAMPLE_SEED, SAMPLE_N = 1, 12
 SAMPLE = (4, 3, 7, 10)
 

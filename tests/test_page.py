@@ -23,7 +23,7 @@ from exporter.diagnosis.trends import SPAN, Trends
 from exporter.diagnosis.windows import History
 from exporter.runtime import page
 from exporter.runtime.page import budget as page_budget
-from exporter.runtime.page import fmt
+from exporter.runtime.page import fmt, tiles
 from exporter.runtime.page.spark import sparkline
 from exporter.runtime.scheduler import CheckState
 
@@ -293,3 +293,13 @@ def test_the_stream_bar_is_the_engines_time_per_token_and_its_delivery() -> None
     assert "add up to 10 ms more than the client waited" in markup
     # No engine time per token: no stream bar.
     assert "StreamPart" not in page_budget.html([{**row, "tpot": None, "stream": {}}])
+
+
+def test_a_p95_whose_bucket_holds_the_slo_shows_the_bucket() -> None:
+    # vLLM's TTFT buckets jump from 250 to 500 ms: a 300 ms SLO sits inside one, and a P95
+    # of 400 ms there is the interpolation's, not a measurement.
+    grid = (0.1, 0.25, 0.5, 1.0)
+    assert tiles.quantile_text(0.4, grid, 0.3) == "400 ms (one bucket: 250 ms to 500 ms)"
+    assert tiles.quantile_text(0.4, grid, 1.0) == "400 ms"
+    assert tiles.quantile_text(0.4, (), 0.3) == "400 ms"
+    assert tiles.quantile_text(None, grid, 0.3) == fmt.NONE

@@ -156,7 +156,7 @@ def test_route_class_and_a_route_change(lab: Lab, caplog: pytest.LogCaptureFixtu
                 reg.get_sample_value("llm_path_route_info", {**labels, "route_class": "cn2_gt"})
                 == 1
             )
-            assert reg.get_sample_value("llm_path_hop_count", labels) == 3
+            assert reg.get_sample_value("llm_path_hops", labels) == 3
             lab.route(c, f"{target}/32", "59.43.2.2")  # the carrier moves us to CN2 only
             await check.run()
         finally:
@@ -168,7 +168,7 @@ def test_route_class_and_a_route_change(lab: Lab, caplog: pytest.LogCaptureFixtu
     assert reg.get_sample_value("llm_path_route_info", {**labels, "route_class": "cn2_gia"}) == 1
     # The old class's series is gone, not left at 1 beside the new one.
     assert reg.get_sample_value("llm_path_route_info", {**labels, "route_class": "cn2_gt"}) is None
-    assert reg.get_sample_value("llm_path_hop_count", labels) == 2
+    assert reg.get_sample_value("llm_path_hops", labels) == 2
     assert reg.get_sample_value("llm_path_route_changes_total", labels) == 1
     changes = [r for r in caplog.records if r.getMessage() == "route class changed"]
     assert [(r.old, r.new) for r in changes] == [("cn2_gt", "cn2_gia")]  # type: ignore[attr-defined]
@@ -288,7 +288,7 @@ def test_exporter_without_cap_net_raw(lab: Lab, tmp_path: Path, icmp_allowed: bo
     assert values[("llm_path_packets_received_total", "closed", "")] == closed_sent
     assert values[("llm_path_errors_total", "closed", "refused")] == closed_sent
     # The route check needs no privilege either (UDP probes, ICMP answers from the error queue).
-    assert values[("llm_path_hop_count", "https", "")] == 1
+    assert values[("llm_path_hops", "https", "")] == 1
 
     hints = [line for line in logged.splitlines() if "setcap cap_net_raw+ep" in line]
     if icmp_allowed:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import re
 import subprocess
 import time
@@ -23,6 +24,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from exporter.report import stats, tables
 from exporter.report.model import Report
 from exporter.report.routes import timeline
 from exporter.report.tables import segments
@@ -104,12 +106,19 @@ def report_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             assert done.returncode == 0, done.stderr
             yield {"prom": prom.url, "start": start, "peak_at": peak_at, "end": end,
                    "out": out, "config": config, "flat": flat, "bench": bench,
-                   "doc": json.loads((out / "report.json").read_text()), "tmp": tmp,
+                   "doc": strict_json((out / "report.json").read_text()), "tmp": tmp,
                    "stdout": done.stdout}
         finally:
             for proc in reversed(procs):
                 proc.stop()
                 proc.stderr_path.unlink(missing_ok=True)
+
+
+def strict_json(text: str) -> Any:
+    """JSON as JSON.parse reads it: Python's own parser takes Infinity and NaN."""
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"report.json holds {constant}, which is not JSON")
+    return json.loads(text, parse_constant=refuse)
 
 
 def scalar(prom: str, expr: str, at: float) -> float | None:
@@ -131,6 +140,10 @@ def test_writes_three_files_and_the_json_follows_its_schema(report_lab: dict[str
     out: Path = report_lab["out"]
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
     assert "wrote" in report_lab["stdout"]
+    umask = os.umask(0)
+    os.umask(umask)
+    # Readable as any file this user writes (mkstemp alone leaves them the owner's only).
+    assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o666 & ~umask}
     doc = report_lab["doc"]
     jsonschema.validate(doc, Report.model_json_schema())
     report = Report.model_validate(doc)
@@ -317,7 +330,7 @@ def resolve(doc: Any, pointer: str) -> Any:
 
 def shown(text: str) -> float:
     """A number as the report prints it, back in base units."""
-    text = text.replace(",", "")
+    text = re.sub(r" \(one bucket: [^)]*\)$", "", text).replace(",", "")
     if m := re.fullmatch(r"([+-]?[\d.e+-]+) ms", text):
         return float(m[1]) / 1000
     if m := re.fullmatch(r"([+-]?[\d.e+-]+) ?(s|%|req/s|tok/s)?", text):
@@ -325,6 +338,21 @@ def shown(text: str) -> float:
     if m := re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(\d+)?s?", text):
         return int(m[1] or 0) * 3600 + int(m[2] or 0) * 60 + int(m[3] or 0)
     raise AssertionError(f"not a number: {text!r}")
+
+
+def test_quantiles_inside_one_bucket_say_so_with_the_bucket() -> None:
+    # vLLM's queue time: every request under its first bound, 300 ms. The quantiles are
+    # the interpolation's (150, 285 and 297 ms), not the data's.
+    within = stats.from_buckets({0.3: 100.0, 0.5: 100.0, math.inf: 100.0})
+    assert within is not None and within.p95 == pytest.approx(0.285)
+    assert within.buckets == {q: (0.0, 0.3) for q in ("p50", "p95", "p99")}
+    assert tables.shared_bucket(within, "p95", "s") == " (one bucket: under 300 ms)"
+    spread = stats.from_buckets({0.1: 50.0, 0.3: 96.0, 1.0: 100.0, math.inf: 100.0})
+    assert spread is not None and spread.buckets["p99"] == (0.3, 1.0)
+    assert [tables.shared_bucket(spread, q, "s") for q in ("p50", "p95", "p99")] == [""] * 3
+    tail = stats.from_buckets({0.1: 1.0, 0.3: 2.0, math.inf: 100.0})
+    assert tail is not None and tail.buckets["p99"] == (0.3, None)
+    assert tables.shared_bucket(tail, "p50", "s") == " (one bucket: over 300 ms)"
 
 
 def test_a_baseline_comparison_marks_the_regression(report_lab: dict[str, Any]) -> None:
@@ -409,4 +437,4 @@ def test_bad_url_and_unreachable_prometheus(tmp_path: Path) -> None:
                       "--out", str(tmp_path / "r"))
     assert done.returncode == 3, done.stderr
     assert done.stderr.count("\n") == 1 and "cannot reach" in done.stderr
-    assert not list((tmp_path / "r").glob("report.*"))
+    assert not (tmp_path / "r").exists(), "an empty --out folder left behind"

@@ -393,7 +393,7 @@ def test_first_token_budget_against_the_real_server(vllm: VllmServer, tmp_path: 
         assert stream["engine"] + stream["delivery"] == pytest.approx(b["tpot"])
     # The remainder is the first token's way out past the kernel's RTT and what vLLM's
     # frontend does after the last token (its per-request frontend part counts both ends):
-    # a few ms either side of zero on loopback, docs/diagnosis.md.
+    # a few ms either side of zero on loopback, docs/dev/diagnosis.md.
     median = statistics.median(remainders)
     print(f"remainder median {median * 1000:.2f} ms of TTFT means "
           f"{[round(b['ttft'] * 1000, 1) for b in budgets]} ms")

@@ -8,7 +8,7 @@ from typing import Any
 
 from exporter.config.files import FileProblem, read_text
 from exporter.config.models import Config, PathsInclude
-from exporter.config.values import RESOLVE_SECRETS
+from exporter.config.values import CONFIG_DIR, RESOLVE_SECRETS
 from exporter.config.yamlfile import ConfigError, YamlPath, compose_named, validate
 
 
@@ -29,7 +29,8 @@ def parse_config(text: str, name: str = "config", resolve_secrets: bool = True) 
     if not isinstance(data, dict):
         raise ConfigError([f"{name} (line 1): expected a mapping of sections at the top level"])
     _paths_files(data, lines, name)
-    config = validate(Config, data, lines, name, {RESOLVE_SECRETS: resolve_secrets})
+    config = validate(Config, data, lines, name,
+                      {RESOLVE_SECRETS: resolve_secrets, CONFIG_DIR: str(Path(name).parent)})
     config.locate(name, lines)
     return config
 

@@ -27,6 +27,7 @@ from exporter.config.values import (
     Seconds,
     SecretRef,
     StrictModel,
+    beside_config,
     format_duration,
     require_unique,
     split_host_port,
@@ -189,12 +190,15 @@ class ProbeConfig(StrictModel):
 
     @field_validator("ca_file")
     @classmethod
-    def _ca_file(cls, value: str | None) -> str | None:
-        if value is not None and not Path(value).is_file():
+    def _ca_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        path = beside_config(value, info)
+        if not Path(path).is_file():
             raise PydanticCustomError(
-                "ca_file", "expected an existing PEM file, got {v}", {"v": repr(value)}
+                "ca_file", "expected an existing PEM file, got {v}", {"v": repr(path)}
             )
-        return value
+        return path
 
 
 def increasing_buckets(value: list[float] | None) -> list[float] | None:

@@ -124,6 +124,17 @@ class StrictModel(BaseModel):
 #: Validation context key: False leaves {env}/{file} references unread (SecretRef.value()
 #: is then empty), for commands such as generate that never use the secrets.
 RESOLVE_SECRETS = "resolve_secrets"
+#: Validation context key: the config file's folder, where a relative file path starts (so a
+#: config installed in /etc with its files beside it reads the same from any directory).
+CONFIG_DIR = "config_dir"
+
+
+def beside_config(path: str, info: ValidationInfo) -> str:
+    """``path``, relative ones taken from the config file's folder."""
+    base = info.context.get(CONFIG_DIR) if isinstance(info.context, dict) else None
+    if base in (None, "", "."):
+        return path
+    return os.path.join(base, os.path.expanduser(path))
 
 
 class SecretRef(StrictModel):
@@ -135,12 +146,14 @@ class SecretRef(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_inline(cls, data: Any) -> Any:
+    def _no_inline(cls, data: Any, info: ValidationInfo) -> Any:
         if not isinstance(data, Mapping):
             raise PydanticCustomError(
                 "inline_secret",
                 "secrets must be a reference, {env: NAME} or {file: PATH}, never inline",
             )
+        if isinstance(data.get("file"), str):
+            return {**data, "file": beside_config(data["file"], info)}
         return data
 
     @model_validator(mode="after")

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-from exporter.commands import AddParser
+from exporter.commands import AddParser, add_config_flag
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.values import parse_duration
@@ -45,9 +45,9 @@ MAX_WINDOW = 7 * 86400.0
 EXAMPLES = """examples:
   llm-latency-exporter diagnose                      # the local exporter, as a note
   llm-latency-exporter diagnose --exporter http://gpu-1:9400 --json
-  llm-latency-exporter diagnose --prometheus http://prometheus:9090 --window 10m
+  llm-latency-exporter diagnose --prometheus http://prometheus:9090 --window 1m
   llm-latency-exporter diagnose --prometheus http://mimir/prometheus \\
-      --at 2026-11-30T21:40:00+08:00 --config /etc/llm-latency-exporter/config.yaml
+      --at 2026-11-30T21:40:00+08:00 --config.file /etc/llm-latency-exporter/config.yaml
 exit status: 0 healthy, 1 degraded or failing, 2 bad input, 3 no data or source unreachable
 """
 
@@ -164,6 +164,12 @@ def diagnose(args: argparse.Namespace, wire: Wiring | None = None) -> int:
         config = read_config(args.config)
         window = parse_window(args.window, config)
         at = parse_at(args.at)
+        if args.prometheus is None:
+            for flag, value in (("--window", args.window), ("--at", args.at)):
+                if value is not None:
+                    # The exporter keeps its last evaluation of its own window, not a history.
+                    raise UsageError(f"{flag} needs --prometheus: an exporter answers with its "
+                                     "latest diagnosis over its diagnosis.window")
         for flag in ("exporter", "prometheus"):
             url = getattr(args, flag)
             if url is not None and not url.startswith(("http://", "https://")):
@@ -186,8 +192,7 @@ def diagnose(args: argparse.Namespace, wire: Wiring | None = None) -> int:
                 return EXIT_NO_DATA
             return exit_status(d)
         url = args.exporter or DEFAULT_EXPORTER
-        doc = remote.fetch(url, TIMEOUT, args.window and prom_duration(window),
-                           at if args.at is not None else None)
+        doc = remote.fetch(url, TIMEOUT)
         d = remote.from_json(doc, url)
     except SourceError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -216,14 +221,14 @@ def register(add: AddParser) -> None:
                      "runs here")
     # Values are parsed by diagnose(), not argparse types, so each bad one is one line.
     p.add_argument("--window", metavar="DURATION",
-                   help="how much to read (default: diagnosis.window of the config, 10m)")
+                   help="how much to read, with --prometheus (default: diagnosis.window of "
+                   "the config, 10m)")
     p.add_argument("--at", metavar="TIME",
-                   help="end of the window: RFC 3339 or unix seconds (default: now, less "
-                   "diagnosis.query_offset with --prometheus)")
+                   help="end of the window, with --prometheus: RFC 3339 or unix seconds "
+                   "(default: now, less diagnosis.query_offset)")
     p.add_argument("--json", action="store_true", help="print the v1 JSON instead of the note")
-    p.add_argument("--config", metavar="FILE",
-                   help=f"thresholds and SLOs (default: ./{DEFAULT_CONFIG} if present, else "
-                   "the defaults)")
+    add_config_flag(p, f"thresholds and SLOs (default: ./{DEFAULT_CONFIG} if present, else "
+                    "the defaults)")
 
 
 def main(argv: Sequence[str], wire: Wiring | None = None) -> int:

@@ -132,6 +132,8 @@ class ProbeWindow:
     ttft_mean: float | None = measured(PROBE, _mean(metrics.PROBE_TTFT))
     tpot_p95: float | None = measured(
         PROBE, Quantile(0.95, metrics.PROBE_TPOT, recorded=names.PROBE_TPOT), trend=True)
+    tpot_buckets: tuple[float, ...] = measured(PROBE, Grid(metrics.PROBE_TPOT), finish.grid,
+                                               default=())
     #: Mean TPOT, and output tokens per ok request: the stream's budget.
     tpot_mean: float | None = measured(PROBE, _mean(metrics.PROBE_TPOT))
     output_tokens_mean: float | None = measured(PROBE, Ratio(

@@ -5,7 +5,6 @@ its JSON read back into a :class:`Diagnosis` so the CLI renders both sources the
 from __future__ import annotations
 
 import datetime as dt
-import urllib.parse
 import urllib.request
 from typing import Any, cast, get_args
 
@@ -26,18 +25,11 @@ from exporter.diagnosis.result import (
 PATH = "/api/v1/diagnosis"
 
 
-def fetch(base_url: str, timeout: float, window: str | None = None,
-          at: dt.datetime | None = None) -> dict[str, Any]:
-    """The exporter's current diagnosis document (``window`` and ``at`` passed as query
-    parameters when given); SourceError with one line when it cannot be had."""
-    params = {}
-    if window is not None:
-        params["window"] = window
-    if at is not None:
-        params["at"] = at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+def fetch(base_url: str, timeout: float) -> dict[str, Any]:
+    """The exporter's latest diagnosis document; SourceError with one line when it cannot
+    be had."""
     base = base_url.rstrip("/")
-    req = urllib.request.Request(f"{base}{PATH}{query}", headers={"Accept": "application/json"})
+    req = urllib.request.Request(f"{base}{PATH}", headers={"Accept": "application/json"})
     doc = fetch_json(req, base, timeout)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
         raise SourceError(f"{base}{PATH} did not answer with an {SCHEMA_ID} document")

@@ -92,15 +92,10 @@ def buckets(items: Iterable[tuple[Key, float]], match: Mapping[str, str]) -> dic
     return out
 
 
-def histogram_quantile(q: float, counts: Mapping[float, float]) -> float | None:
-    """Prometheus' ``histogram_quantile`` over cumulative bucket counts ``{le: count}``;
-    None where PromQL returns NaN (no +Inf bucket, under two buckets, no observations)."""
-    if math.isnan(q):
-        return None
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
+def _locate(q: float, counts: Mapping[float, float]
+            ) -> tuple[list[float], list[float], int, float] | None:
+    """(the bounds, their cumulative counts made monotonic, the index of the bucket where
+    the ``q`` quantile's rank falls, the rank); None where PromQL returns NaN."""
     bounds = sorted(counts)
     if len(bounds) < 2 or not math.isinf(bounds[-1]):
         return None
@@ -111,11 +106,25 @@ def histogram_quantile(q: float, counts: Mapping[float, float]) -> float | None:
     for le in bounds:
         highest = max(highest, counts[le])
         cum.append(highest)
-    observations = cum[-1]
-    if observations == 0:
+    if cum[-1] == 0:
         return None
-    rank = q * observations
-    b = next(i for i, c in enumerate(cum) if c >= rank)
+    rank = q * cum[-1]
+    return bounds, cum, next(i for i, c in enumerate(cum) if c >= rank), rank
+
+
+def histogram_quantile(q: float, counts: Mapping[float, float]) -> float | None:
+    """Prometheus' ``histogram_quantile`` over cumulative bucket counts ``{le: count}``;
+    None where PromQL returns NaN (no +Inf bucket, under two buckets, no observations)."""
+    if math.isnan(q):
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    found = _locate(q, counts)
+    if found is None:
+        return None
+    bounds, cum, b, rank = found
     if b == len(bounds) - 1:
         return bounds[-2]
     if b == 0 and bounds[0] <= 0:
@@ -126,6 +135,16 @@ def histogram_quantile(q: float, counts: Mapping[float, float]) -> float | None:
         count -= cum[b - 1]
         rank -= cum[b - 1]
     return start + (end - start) * (rank / count)
+
+
+def quantile_bucket(q: float, counts: Mapping[float, float]) -> tuple[float, float] | None:
+    """The bucket ``(lower, upper]`` the ``q`` quantile is interpolated inside: its
+    resolution (upper is inf past the last finite bound); None where it has no value."""
+    found = None if math.isnan(q) or not 0 <= q <= 1 else _locate(q, counts)
+    if found is None:
+        return None
+    bounds, _, b, _ = found
+    return (bounds[b - 1] if b > 0 else min(0.0, bounds[0])), bounds[b]
 
 
 def below(counts: Mapping[float, float], threshold: float) -> float:

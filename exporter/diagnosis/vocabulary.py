@@ -55,10 +55,12 @@ def _parts(c: Cause) -> str:
 
 
 def markdown() -> str:
-    lines = ["| Layer | Cause | Meaning | Its time, in the budget | Paged by | First action |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {c.layer} | `{c.name}` | {c.meaning} | {_parts(c)} | {_alerts(c)} | "
-              f"{c.actions[0]} |" for c in CAUSES]
+    """One row per cause, one fact per cell; the actions are each verdict's own and
+    docs/runbooks.md's, not a column here."""
+    lines = ["| Layer | Cause | Meaning | Its time in the budget | Paged by |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {c.layer} | `{c.name}` | {c.meaning} | {_parts(c)} | {_alerts(c)} |"
+              for c in CAUSES]
     return "\n".join(lines) + "\n"
 
 

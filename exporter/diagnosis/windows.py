@@ -8,7 +8,7 @@ share, so its cost is 8 bytes a scalar. Fine snapshots cover ``diagnosis.window`
 minute (``DiagnosisConfig.baseline_step``), of the samples read over a baseline, the whole
 history or the page's last hour only (``families.COARSE_SAMPLES``), covers
 ``diagnosis.history``. Both deques have a fixed ``maxlen`` and the number of scalars per
-snapshot is capped, so memory is bounded whatever the registry does (docs/diagnosis.md,
+snapshot is capped, so memory is bounded whatever the registry does (docs/dev/diagnosis.md,
 "Embedded windows: memory").
 """
 

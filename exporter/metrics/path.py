@@ -85,8 +85,8 @@ PATH_ROUTE_INFO = define(
     (*ROUTE_LABELS, "route_class"),
     section="path",
 )
-PATH_HOP_COUNT = define(
-    "llm_path_hop_count",
+PATH_HOPS = define(
+    "llm_path_hops",
     Kind.GAUGE,
     "Hops to the target in the last traceroute; absent when the target did not answer it.",
     ROUTE_LABELS,

@@ -97,6 +97,9 @@ def define(
     assert name.startswith(NAMESPACE + "_"), name
     assert name not in SCHEMA, f"{name} defined twice"
     assert (kind is Kind.COUNTER) == name.endswith("_total"), f"{name}: counter suffix"
+    # promtool check metrics rejects these on anything but a histogram or summary.
+    assert kind is Kind.HISTOGRAM or not name.endswith(("_count", "_sum", "_bucket")), \
+        f"{name}: histogram suffix"
     fam = Family(name, kind, help, tuple(labels), tuple(buckets) if buckets else None, section)
     SCHEMA[name] = fam
     return fam

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from exporter.commands import AddParser
+from exporter.commands import AddParser, add_config_flag
 from exporter.config.load import load_config
 from exporter.config.models import Config
 from exporter.config.yamlfile import ConfigError
@@ -23,10 +23,11 @@ from exporter.monitoring.yamlout import dump_yaml
 EXIT_USAGE = 2
 
 EXAMPLES = """examples:
-  llm-latency-exporter generate --config config.yaml --out monitoring
+  llm-latency-exporter generate --config.file config.yaml --out monitoring
       writes monitoring/rules/recording.yaml, monitoring/rules/alerts.yaml,
       monitoring/alertmanager.yaml and monitoring/dashboards/*.json
-  llm-latency-exporter generate --config config.example.yaml --out alerts --dashboards dashboards
+  llm-latency-exporter generate --config.file config.example.yaml --out alerts \\
+      --dashboards dashboards
       refreshes the copies committed in this repository (make generate)
   promtool check rules monitoring/rules/*.yaml && amtool check-config monitoring/alertmanager.yaml
 """
@@ -82,7 +83,7 @@ def register(add: AddParser) -> None:
         "Grafana dashboards for a config",
         EXAMPLES,
     )
-    p.add_argument("--config", default="config.yaml", help="config file (default: %(default)s)")
+    add_config_flag(p, "config file (default: %(default)s)", "config.yaml")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder for rules/, alertmanager.yaml and dashboards/")
     p.add_argument("--dashboards", metavar="DIR",

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from exporter.commands import AddParser
+from exporter.commands import AddParser, add_config_flag
 from exporter.diagnosis import cli as diagnose_cli
 from exporter.diagnosis.promapi import PromClient, SourceError
 from exporter.report import inputs
@@ -26,11 +26,12 @@ from exporter.report.model import Bench
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 FILES = ("report.html", "report.md", "report.json")
-INSTALL = "pip install 'llm-latency-exporter[report]'"
+INSTALL = ("pip install 'llm-latency-exporter[report]' (in a clone: "
+           ".venv/bin/pip install -e '.[report]')")
 
 EXAMPLES = """examples:
   llm-latency-exporter report --prometheus http://127.0.0.1:9090 --from 24h --out report/
-  llm-latency-exporter report --prometheus http://prometheus:9090 --config config.yaml \\
+  llm-latency-exporter report --prometheus http://prometheus:9090 --config.file config.yaml \\
       --from 2026-11-30T08:00:00+08:00 --to 2026-12-01T08:00:00+08:00 \\
       --bench after.json --baseline before/report.json --out after/
 exit status: 0 written, 1 written with a regression against --baseline, 2 bad input,
@@ -39,24 +40,28 @@ exit status: 0 written, 1 written with a regression against --baseline, 2 bad in
 
 
 def _out_dir(path: str) -> Path:
+    """``--out``, checked now and made only when there is something to write in it."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {path}: exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {path}: {exc.strerror or exc}") from None
-    if not os.access(out, os.W_OK):
-        raise UsageError(f"--out {path}: not writable")
+    made = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not made.is_dir() or not os.access(made, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {path}: {made} is not a writable directory")
     return out
 
 
 def _write(out: Path, texts: dict[str, str]) -> None:
     """Every file or none: each goes to a temporary name first, then all are renamed."""
+    out.mkdir(parents=True, exist_ok=True)
+    # mkstemp makes files only their owner can read; a report is for sharing, so its files
+    # get what the umask leaves, as any other file this user writes.
+    umask = os.umask(0)
+    os.umask(umask)
     staged: list[tuple[Path, Path]] = []
     try:
         for name, text in texts.items():
             fd, staging = tempfile.mkstemp(prefix=f".{name}.", dir=out)
+            os.fchmod(fd, 0o666 & ~umask)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
             staged.append((Path(staging), out / name))
@@ -131,9 +136,8 @@ def register(add: AddParser) -> None:
                    help="start: RFC 3339, unix seconds, or a duration before --to (24h)")
     p.add_argument("--to", dest="end", metavar="TIME",
                    help="end: RFC 3339 or unix seconds (default: now)")
-    p.add_argument("--config", metavar="FILE",
-                   help=f"peak windows and SLOs (default: ./{diagnose_cli.DEFAULT_CONFIG} if "
-                   "present, else the defaults)")
+    add_config_flag(p, f"peak windows and SLOs (default: ./{diagnose_cli.DEFAULT_CONFIG} if "
+                    "present, else the defaults)")
     p.add_argument("--bench", metavar="FILE.json", help="a bench --json run to include")
     p.add_argument("--baseline", metavar="FILE.json",
                    help="an earlier report's report.json, or a bench --json run")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 FORMAT = "llm-latency-exporter-report/1"
 
@@ -19,7 +19,9 @@ Unit = Literal["s", "ratio", "req/s", "tok/s"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # JSON has no infinity: a value that is not finite is written null, never `Infinity`
+    # (which JSON.parse and strict parsers refuse).
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="null")
 
 
 class Quantiles(_Model):
@@ -29,6 +31,10 @@ class Quantiles(_Model):
     p50: float | None
     p95: float | None
     p99: float | None
+    #: From a histogram: per quantile, the bucket [lower, upper] it is interpolated inside
+    #: (upper null past the last bound). Two quantiles in one bucket are not told apart by
+    #: the data: the difference between them is the interpolation's.
+    buckets: dict[str, tuple[float, float | None]] = Field(default_factory=dict)
 
 
 class Diff(_Model):
@@ -105,7 +111,8 @@ class Outcomes(_Model):
 
 
 class Bucket(_Model):
-    le: float
+    #: Upper bound in seconds; null for the last bucket, which has none (+Inf).
+    le: float | None
     share: float
 
 

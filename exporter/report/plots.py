@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import io
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -179,8 +180,9 @@ def outcomes(r: Report) -> str:
 
 def queue(r: Report) -> str:
     """Share of the period's requests per queue-time bucket, engines side by side."""
-    bounds = sorted({b.le for q in r.queue for b in q.buckets if b.share > 0})
-    names = [fmt.value(le, "s") if le != float("inf") else "more" for le in bounds]
+    bounds = sorted({b.le for q in r.queue for b in q.buckets if b.share > 0},
+                    key=lambda le: math.inf if le is None else le)
+    names = [fmt.value(le, "s") if le is not None else "more" for le in bounds]
     with _style():
         fig, ax = plt.subplots(figsize=(7, 2.4))
         _grouped(ax, [f"≤ {n}" if n != "more" else n for n in names], {

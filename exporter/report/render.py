@@ -3,8 +3,6 @@ imports this module before it queries anything, so a missing extra is one line."
 
 from __future__ import annotations
 
-import json
-
 from exporter.report import html, markdown, plots, tables
 from exporter.report.model import Report
 
@@ -14,5 +12,5 @@ def all_formats(r: Report) -> dict[str, str]:
     return {
         "report.html": html.render(r, sections, plots.plots(r)),
         "report.md": markdown.render(r, sections),
-        "report.json": json.dumps(r.model_dump(mode="json"), indent=1) + "\n",
+        "report.json": r.model_dump_json(indent=1) + "\n",
     }

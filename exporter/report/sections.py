@@ -3,6 +3,7 @@ goodput and the long-context profile."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from exporter import metrics
@@ -165,7 +166,8 @@ def queue(col: Collector, classes: Sequence[str]) -> list[Queue]:
         for le in sorted(period):
             # Cumulative counts can dip by a race between scrape and observation: clamp.
             cum = max(period[le], below)
-            shares.append(Bucket(le=le, share=(cum - below) / total if total else 0.0))
+            shares.append(Bucket(le=le if math.isfinite(le) else None,
+                                 share=(cum - below) / total if total else 0.0))
             below = cum
         out.append(Queue(vantage=key[0], target=key[1], model=key[2],
                          time=_hist("queue_time", data, key, classes), buckets=shares))

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from exporter.bench.summary import percentile
-from exporter.diagnosis.stats import histogram_quantile
+from exporter.diagnosis.stats import histogram_quantile, quantile_bucket
 from exporter.report.model import Diff, Metric, Quantiles, Unit
 from exporter.report.period import DAYTIME
 
 QUANTILES = (0.5, 0.95, 0.99)
+NAMES = ("p50", "p95", "p99")
 
 
 def from_buckets(counts: Mapping[float, float] | None) -> Quantiles | None:
@@ -19,7 +21,12 @@ def from_buckets(counts: Mapping[float, float] | None) -> Quantiles | None:
     p50, p95, p99 = (histogram_quantile(q, counts) for q in QUANTILES)
     if p50 is None:
         return None
-    return Quantiles(count=max(counts.values()), p50=p50, p95=p95, p99=p99)
+    buckets: dict[str, tuple[float, float | None]] = {}
+    for name, q in zip(NAMES, QUANTILES, strict=True):
+        found = quantile_bucket(q, counts)
+        if found is not None:
+            buckets[name] = (found[0], found[1] if math.isfinite(found[1]) else None)
+    return Quantiles(count=max(counts.values()), p50=p50, p95=p95, p99=p99, buckets=buckets)
 
 
 def from_samples(values: Sequence[float] | None) -> Quantiles | None:
@@ -48,7 +55,7 @@ def metric(name: str, unit: Unit, by_class: Mapping[str, Quantiles | None],
         peak = full[cls]
         diff[cls] = Diff(**{
             q: _minus(getattr(peak, q, None), getattr(day, q, None))
-            for q in ("p50", "p95", "p99")
+            for q in NAMES
         })
     return Metric(metric=name, unit=unit, by_class=full, diff=diff)
 

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from exporter.report import fmt
-from exporter.report.model import Metric, Report
+from exporter.report.model import Metric, Quantiles, Report
+from exporter.report.stats import NAMES as QS
 
-#: Which of a Metric's quantiles the tables show.
-QS = ("p50", "p95", "p99")
 #: The parts of a probe's TTFT the engine times: by quantile ("ttft_queue") and by mean.
 PARTS = {"network_frontend": "TTFT: network and API server", "queue": "TTFT: engine queue",
          "prefill": "TTFT: prefill"}
@@ -54,13 +53,29 @@ def num(v: float | None, unit: str, path: str, mark: str = "", signed: bool = Fa
     return Cell(fmt.value(v, unit, signed), path, v, mark)
 
 
+def shared_bucket(qs: Quantiles | None, q: str, unit: str) -> str:
+    """" (one bucket: 0-300 ms)" where another quantile of the class lies in the same
+    histogram bucket as ``q``: the data cannot tell them apart, the interpolation does."""
+    if qs is None or (bucket := qs.buckets.get(q)) is None \
+            or list(qs.buckets.values()).count(bucket) < 2:
+        return ""
+    lo, hi = bucket
+    if hi is None:
+        return f" (one bucket: over {fmt.value(lo, unit)})"
+    if lo == 0:
+        return f" (one bucket: under {fmt.value(hi, unit)})"
+    return f" (one bucket: {fmt.value(lo, unit)} to {fmt.value(hi, unit)})"
+
+
 def _metric_rows(m: Metric, base: str, classes: list[str]) -> Iterator[list[Cell]]:
     peaks = [c for c in classes if c in m.diff]
     for q in QS:
         row = [Cell(LABELS.get(m.metric, m.metric)), Cell(q)]
         for cls in classes:
             qs = m.by_class.get(cls)
-            row.append(num(getattr(qs, q, None), m.unit, base + fmt.pointer("by_class", cls, q)))
+            cell = num(getattr(qs, q, None), m.unit, base + fmt.pointer("by_class", cls, q))
+            note = shared_bucket(qs, q, m.unit)
+            row.append(Cell(cell.text + note, cell.path, cell.value, cell.mark) if note else cell)
         for cls in peaks:
             d = getattr(m.diff[cls], q)
             row.append(num(d, m.unit, base + fmt.pointer("diff", cls, q),

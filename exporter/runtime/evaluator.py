@@ -8,7 +8,7 @@ The whole evaluation (collecting the samples, the window math, the chain) runs o
 thread, so neither /metrics nor a check waits on it: collecting is safe there because the
 samples come from the immutable batches the checks published (``runtime/exposition.py``).
 Pure Python still holds the GIL, so the loop may wait up to one switch interval (0.1 ms, set
-in app.py) at a time while it runs; the cost per evaluation is in docs/diagnosis.md. The
+in app.py) at a time while it runs; the cost per evaluation is in docs/dev/diagnosis.md. The
 cyclic garbage collector is off while it runs: its transient samples (40k at 1000 path
 targets) otherwise set off a young collection every few milliseconds, each stopping every
 thread for ~10 ms, and promoted enough to the old generation for a full collection (100 to

@@ -216,8 +216,8 @@ def build(config: Config) -> list[Check]:
     try:
         carriers = load_carriers(carrier_files(config))
     except CidrError as exc:
-        where = config.where("clients", "carriers", exc.carrier)
-        raise ConfigError([f"{where}: {exc}"]) from None
+        raise ConfigError([f"{config.where('clients', 'carriers', carrier)}: {message}"
+                           for carrier, message in exc.problems]) from None
     return [ClientsCheck(config.clients, carriers)]
 
 

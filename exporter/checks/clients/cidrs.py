@@ -10,7 +10,7 @@ prefix in two files is refused, as nothing could say which carrier it is.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.config.files import FileProblem, read_text
@@ -21,12 +21,13 @@ MAX_CIDR_BYTES = 8 * 1024 * 1024
 
 
 class CidrError(Exception):
-    """A carrier file that cannot be used, naming the file and, where there is one, its line;
-    ``carrier`` is whose file it is."""
+    """Carrier files that cannot be used: ``problems`` holds (carrier, message) for each, the
+    message naming the file and, where there is one, its line."""
 
-    def __init__(self, message: str, carrier: str = "") -> None:
-        super().__init__(message)
-        self.carrier = carrier
+    def __init__(self, message: str, carrier: str = "",
+                 more: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__("; ".join(m for _, m in ((carrier, message), *more)))
+        self.problems = ((carrier, message), *more)
 
 
 def read_prefixes(path: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -72,12 +73,17 @@ class Carriers:
 def load_carriers(files: Mapping[str, str]) -> Carriers:
     """The carriers of ``files`` (carrier name -> CIDR file), each file read now."""
     tables: dict[int, dict[int, dict[int, int]]] = {4: {}, 16: {}}
-    counts = []
-    for index, (name, path) in enumerate(files.items()):
+    read, failed = [], []
+    # Every file before the first problem: a copied config misses all its files, not one.
+    for name, path in files.items():
         try:
-            nets = read_prefixes(path)
+            read.append((name, path, read_prefixes(path)))
         except CidrError as exc:
-            raise CidrError(str(exc), name) from None
+            failed.append((name, str(exc)))
+    if failed:
+        raise CidrError(failed[0][1], failed[0][0], failed[1:])
+    counts = []
+    for index, (name, path, nets) in enumerate(read):
         counts.append(len(nets))
         for net in nets:
             size = 4 if net.version == 4 else 16

@@ -319,9 +319,9 @@ class RouteCheck(Check):
             own.gauge(metrics.PATH_ROUTE_INFO, {**self._labels, "route_class": new}).set(1)
             self._shown = new
         if trace.reached is not None:
-            own.gauge(metrics.PATH_HOP_COUNT, self._labels).set(trace.reached)
+            own.gauge(metrics.PATH_HOPS, self._labels).set(trace.reached)
         else:
-            own.remove(metrics.PATH_HOP_COUNT, self._labels)  # absent, not zero, while unknown
+            own.remove(metrics.PATH_HOPS, self._labels)  # absent, not zero, while unknown
         log.debug(
             "traceroute",
             extra={"check": self.name, "route_class": new, "hops": _render(trace)},

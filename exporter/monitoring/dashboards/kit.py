@@ -8,6 +8,7 @@ and bookmarks survive regeneration. The SDK is pinned to the Grafana 11.6 build
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -139,6 +140,21 @@ def _legend() -> common_b.VizLegendOptions:
     )
 
 
+#: Said under every panel that shows a histogram quantile.
+RESOLUTION = (" Quantiles are read from histogram buckets and interpolated linearly inside "
+              "the bucket they fall in: one is known to no finer than its bucket's bounds "
+              "(vLLM's TTFT buckets jump from 250 ms to 500 ms), and two quantiles in one "
+              "bucket differ only by the interpolation.")
+_QUANTILE = re.compile(r"histogram_quantile\(|:p\d\d_")
+
+
+def described(description: str, targets: Sequence[Target]) -> str:
+    """The panel's description, with the resolution note where a target reads a quantile."""
+    if any(_QUANTILE.search(expr) for expr, _ in targets):
+        return description + RESOLUTION
+    return description
+
+
 def ts(
     title: str,
     description: str,
@@ -155,7 +171,7 @@ def ts(
     p = (
         timeseries.Panel()
         .title(title)
-        .description(description)
+        .description(described(description, targets))
         .datasource(DS)
         .unit(unit)
         .min(0)
@@ -200,7 +216,7 @@ def stat_panel(
     p = (
         stat.Panel()
         .title(title)
-        .description(description)
+        .description(described(description, [target]))
         .datasource(DS)
         .with_target(_query(*target, 0))
         .unit(unit)

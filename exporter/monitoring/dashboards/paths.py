@@ -60,7 +60,7 @@ def paths(config: Config) -> db.Dashboard:
            "Route-class changes per rate interval, and hops to the target.", "short",
            [(f"sum by (carrier, target) "
              f"(increase({metrics.PATH_ROUTE_CHANGES.name}{cs}[{RI}]))", f"{t} changes"),
-            (f"max by (carrier, target) ({metrics.PATH_HOP_COUNT.name}{cs})", f"{t} hops")]),
+            (f"max by (carrier, target) ({metrics.PATH_HOPS.name}{cs})", f"{t} hops")]),
     ])
     u = "{{carrier}}"
 

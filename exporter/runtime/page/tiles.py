@@ -24,6 +24,7 @@ from exporter.diagnosis.observations import (
     ProbeWindow,
 )
 from exporter.diagnosis.steps.network import on_path
+from exporter.diagnosis.steps.words import bucket_of
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.diagnosis.trends import SPAN, Point
 from exporter.runtime.page import fmt
@@ -88,10 +89,22 @@ def _throttled(g: GpuWindow, th: Thresholds) -> list[str]:
     return [r for r in g.clock_events if r in th.throttle_reasons]
 
 
+def quantile_text(value: float | None, grid: Sequence[float], limit: float) -> str:
+    """A P95 as shown, with its histogram bucket where the SLO lies inside it: whether it
+    is over the SLO is then the interpolation's guess (as the diagnosis says)."""
+    bucket = bucket_of(value, grid) if value is not None else None
+    if bucket is None or not bucket[0] < limit < bucket[1]:
+        return fmt.seconds(value)
+    return (f"{fmt.seconds(value)} (one bucket: {fmt.seconds(bucket[0])} to "
+            f"{fmt.seconds(bucket[1])})")
+
+
 def probe_rows(p: ProbeWindow, th: Thresholds) -> list[Row]:
     return [
-        Row("ttft_p95", "TTFT P95", lambda x: x.ttft_p95, fmt.seconds, limit=p.slo_ttft),
-        Row("tpot_p95", "TPOT P95", lambda x: x.tpot_p95, fmt.seconds, limit=p.slo_tpot),
+        Row("ttft_p95", "TTFT P95", lambda x: x.ttft_p95, fmt.seconds, limit=p.slo_ttft,
+            text=quantile_text(p.ttft_p95, p.ttft_buckets, p.slo_ttft)),
+        Row("tpot_p95", "TPOT P95", lambda x: x.tpot_p95, fmt.seconds, limit=p.slo_tpot,
+            text=quantile_text(p.tpot_p95, p.tpot_buckets, p.slo_tpot)),
         Row("success", "success", _success, fmt.ratio, limit=1 - th.failure_ratio, top=1.0,
             low_is_bad=True, text=f"{fmt.ratio(_success(p))} of {p.requests}"),
     ]

@@ -11,7 +11,7 @@ proxies, nftables drops), ``runner`` (one run, start to cleanup, and the compari
 docs/scaling.md on the same carrier paths (tests/test_fleet.py); ``generate`` composes seeded
 scenarios whose expected verdicts ``expect`` derives from their knobs and thresholds
 (benchmarks/diagnosis_matrix.py). Needs root, ``ip``, ``nft``
-(and ``prometheus`` for that source). docs/diagnosis.md, "Scenario lab", has the commands.
+(and ``prometheus`` for that source). docs/dev/diagnosis.md, "Scenario lab", has the commands.
 """
 
 from __future__ import annotations

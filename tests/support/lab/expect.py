@@ -4,7 +4,7 @@ values, a bounded model of the lab and the run's thresholds, never by running th
 The model bounds each statistic the chain reads (a probe's TTFT and TPOT, the engine's TTFT,
 inter-token P95 and queue share, a path's loss, RTT and jitter) between a lower and an upper
 value computed from the knobs (network delay and jitter, the simulator's step times and
-capacity, the load), then applies the documented rules of docs/diagnosis.md (symptom per
+capacity, the load), then applies the documented rules of docs/dev/diagnosis.md (symptom per
 probe, attribution in chain order, an engine split replaced by its GPU why or by long users'
 prompts (step 5's rule without a baseline), an XID a verdict of its own, a full KV cache
 or a pinned data-parallel rank decided only alone, a layer over an
@@ -114,7 +114,7 @@ def need(value: Tri) -> bool:
 
 @dataclass
 class Sick:
-    """One probe's symptoms (docs/diagnosis.md, step 1) and which are still unexplained."""
+    """One probe's symptoms (docs/dev/diagnosis.md, step 1) and which are still unexplained."""
 
     probe: str
     carrier: str
@@ -290,7 +290,7 @@ def prefill_rate(cfg: EngineConfig, faults: Faults, load: Load, served: Range, p
 
 
 def prompts_too_long(lab: Lab, eng: dict[str, Range]) -> Tri:
-    """docs/diagnosis.md's long_prompts rule without a baseline, but for the slow first
+    """docs/dev/diagnosis.md's long_prompts rule without a baseline, but for the slow first
     token it also needs: the users' prompt (the engine's mean without the probes', judged
     only over min_requests and more than two per probe) costs over prompt_budget_share x
     the TTFT SLO at the engine's best prefill rate, and is over prompt_growth x the probes'
@@ -636,7 +636,7 @@ def network(lab: Lab, sick: list[Sick], eng: dict[str, Range]) -> list[Found]:
         peak = lab.scenario.peak
         if need(drawn(n_lo, n_hi, p.loss, p.loss, th.peak_min_loss if peak else th.loss_ratio)
                 if p.loss else False):
-            # The probe's stream loss, if any, joins this finding (docs/diagnosis.md).
+            # The probe's stream loss, if any, joins this finding (docs/dev/diagnosis.md).
             add("peak_congestion" if peak else "packet_loss", ALL, own=True)
         elif p.stream_loss and need(over(streamed, th.loss_ratio)):
             # Over LLMProbeStreamPacketLoss's line with ICMP clean: a finding of its own,
@@ -814,7 +814,7 @@ def concurrency(lab: Lab, eng: dict[str, Range], found: list[Found], first: bool
 
 def application(sick: list[Sick], slow: bool) -> list[Found]:
     """429s are a cause upstream of the probes: one verdict, with every probe it fails as
-    its evidence (docs/diagnosis.md), felt as much as all of them together. A probe's own
+    its evidence (docs/dev/diagnosis.md), felt as much as all of them together. A probe's own
     timeout is that probe's: one verdict each (one expectation, scope unchecked), each felt
     by its probe alone."""
     limited = [s for s in sick if s.failure_kind == "rate_limited"]
@@ -832,7 +832,7 @@ def application(sick: list[Sick], slow: bool) -> list[Found]:
 
 
 def ordered(found: list[Found]) -> list[Found]:
-    """docs/diagnosis.md's order: the primary explains most of what the probes feel (of
+    """docs/dev/diagnosis.md's order: the primary explains most of what the probes feel (of
     equals, a fault on its own, then the first in chain order); the others follow in chain
     order, those the probes feel first. ``found`` is in chain order, and two causes of one
     layer are never expected (their order is by strength), so the layer's index is its
@@ -890,14 +890,14 @@ def expected(lab: Lab) -> list[dict[str, object]]:
         return got
     if lab.scenario.simulator.flags.get("dp_ranks", 1) != 1:
         if imbalanced(lab):
-            # An imbalance of the waiting queue replaces queueing (docs/diagnosis.md).
+            # An imbalance of the waiting queue replaces queueing (docs/dev/diagnosis.md).
             return [{"layer": "engine", "cause": "imbalance",
                      "scope": {"engine": name, "dp_rank": "1"}}]
         raise Ambiguous  # data-parallel ranks beside anything else: not modelled
     eng = engine_model(lab)
     if kv_may_preempt(lab):
         if kv_fills(lab, eng) and kv_alone(lab, eng):
-            # kv_cache_pressure replaces the queue (docs/diagnosis.md).
+            # kv_cache_pressure replaces the queue (docs/dev/diagnosis.md).
             return [{"layer": "engine", "cause": "kv_cache_pressure", "scope": {"engine": name}}]
         raise Ambiguous  # a cache that may preempt beside anything else: not modelled
     if lab.faults.metrics_error_rate:

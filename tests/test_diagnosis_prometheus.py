@@ -81,8 +81,9 @@ def prom_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
                 exporter_port, sim.port, probe={"slo": {"ttft_p95_seconds": 0.8},
                                                 "timeouts": {"total": "20s"}},
                 # Baselines from the run's own history: it is a minute long, not the
-                # default half hour.
-                diagnosis={"min_baseline": "20s"}))
+                # default half hour. The shortest baseline window holds all of it: over
+                # 12 h, the drift alerts' baseline subqueries (a 2 s step) took a core.
+                diagnosis={"min_baseline": "20s"}, alerting={"baseline_window": "1h"}))
             # The peak window opens in an hour: the whole run is off-peak, so baselines fill.
             procs.append(Proc([sys.executable, "-m", "tests.support.e2e_exporter",
                                str(config_path), str(time.time() + 3600)]))

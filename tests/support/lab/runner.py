@@ -64,6 +64,12 @@ BASELINE_LOAD = Load(rate=2, prompt_tokens=256, max_tokens=32)
 #: Defaults of the generated config; a scenario's ``exporter:`` merges over them.
 DIAGNOSIS = {"window": "30s", "interval": "2s", "history": "10m", "min_requests": 3}
 SLO = {"ttft_p95_seconds": 1.0, "tpot_p95_seconds": 0.1}
+#: A lab's history is minutes: the shortest baseline window is as good as 12 h there, and
+#: the drift alerts' baseline subqueries run one step per diagnosis.baseline_step of it
+#: (2 s here) at every evaluation. Over 12 h they took a whole core of the lab's
+#: Prometheus (the prefix-cache and spec-decode alerts, about 1 s of every 1 s), and
+#: several labs at once starved the tier (diagnose's queries unanswered within 30 s).
+ALERTING = {"baseline_window": "1h"}
 DIAGNOSIS_PATH = "/api/v1/diagnosis"
 #: Seconds a peak scenario allows its watchers to start before the baseline counts.
 PEAK_LEAD = 10
@@ -127,7 +133,7 @@ def exporter_config(scenario: Scenario, targets: dict[str, str], now: dt.datetim
         # scenario loads it.
         "host": ({"interval": "1s", "engine_cgroup": engine_cgroup} if engine_cgroup
                  else {"enabled": False}),
-        **({"alerting": extra["alerting"]} if "alerting" in extra else {}),
+        "alerting": {**ALERTING, **extra.get("alerting", {})},
         "diagnosis": {**DIAGNOSIS, **extra.get("diagnosis", {})},
     }
 

@@ -35,7 +35,7 @@ CARRIERS = {"telecom": "198.18.1", "unicom": "198.18.2", "mobile": "198.18.3"}
 LOSSY = "mobile"
 LOSS_PER_MILLE, DELAY = 20, 0.100  # 2 % of the server's packets, a 100 ms round trip
 CONNECTIONS, MEASURE, EVERY = 4, 20.0, 2.0
-#: Bounds; the errors measured in four runs (docs/clients.md, "Accuracy in the lab") were at
+#: Bounds; the errors measured in four runs (docs/dev/clients.md, "Accuracy in the lab") were at
 #: most 0.02 points of ratio and +3.5 % of RTT, on a loaded 2-core machine.
 RATIO_ERROR = 0.002  # |retransmission ratio - realized loss|, absolute
 RTT_ERROR = 0.10  # mean smoothed RTT within 10 % of the injected round trip

@@ -30,6 +30,7 @@ import pytest
 from tests.support import ROOT
 from tests.support.browser import BrowserSession
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
+from tests.support.prometheus import PromCli
 from tests.support.simulator import StartSimulator
 
 DEMO = ROOT / "deploy" / "demo.yaml"
@@ -123,8 +124,10 @@ def test_demo_page_shows_tiles_then_the_fault_verdict_without_a_reload(
 
 
 @pytest.mark.slow
-def test_make_run_points_the_demo_at_the_ports_it_is_given() -> None:
-    # `make run SIM_PORT=8801` once left the exporter probing 8800.
+def test_make_run_points_the_demo_at_the_ports_it_is_given_and_passes_promtool(
+        prom_cli: PromCli) -> None:
+    # `make run SIM_PORT=8801` once left the exporter probing 8800; and the demo's /metrics
+    # once failed `promtool check metrics` (a gauge named llm_path_hop_count).
     sim_port, port = free_port(), free_port()
     proc = subprocess.Popen(["make", "-s", "run", f"SIM_PORT={sim_port}", f"DEMO_PORT={port}"],
                             cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -132,9 +135,14 @@ def test_make_run_points_the_demo_at_the_ports_it_is_given() -> None:
     up = re.compile(r'^llm_engine_up\{[^}]*target="demo"[^}]*\} 1\.0$', re.M)
     served = re.compile(r'^llm_probe_requests_total\{[^}]*outcome="ok"[^}]*\} [1-9]', re.M)
     try:
-        wait_until(lambda: bool(up.search(body := http_get(f"http://127.0.0.1:{port}/metrics")[1])
-                                and served.search(body)), 90,
-                   "the demo's engine up and a probe answered on the ports make was given")
+        url = f"http://127.0.0.1:{port}/metrics"
+        wait_until(lambda: bool(up.search(body := http_get(url)[1]) and served.search(body)
+                                and "llm_path_hops{" in body), 90,
+                   "the demo's engine up, a probe answered and a route traced, on the ports "
+                   "make was given")
+        checked = prom_cli("promtool", "check", "metrics", input=http_get(url)[1])
+        assert checked.returncode == 0 and checked.stdout == checked.stderr == "", (
+            checked.stdout + checked.stderr)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # make's own group: make, the simulator, the exporter
         proc.wait(30)

@@ -605,6 +605,22 @@ def test_a_host_under_its_lines_rules_the_layer_out_and_the_engine_keeps_its_cau
         ("engine", "cpu"), ("engine", "memory"), ("engine", "io")}
 
 
+def test_an_idle_gpu_says_which_host_resource_its_engine_waited_for_most() -> None:
+    slow = with_gpu(with_gpu(all_probes(with_engine(healthy(), ttft_p95=2.0), **SLOW_ALL), 0,
+                             utilization=0.2), 1, utilization=0.25)
+    # Under every line (a resource over its line is the host step's own verdict).
+    d = diagnose(with_host(slow, memory=0.06))
+    (v, *_) = d.verdicts
+    assert (v.layer, v.cause) == ("gpu", "underutilized"), render(d)
+    assert "the engine's cgroup waited most for memory, 6% of the window (under its 10% " \
+           "line)" in v.summary, v.summary
+    # The host not measured: the verdict says what would tell.
+    unmeasured = replace(slow, hosts=(replace(slow.hosts[0], pressure={("host", "cpu"): 0.5}),))
+    (v, *_) = diagnose(unmeasured).verdicts
+    assert (v.layer, v.cause) == ("gpu", "underutilized")
+    assert "the host under it is not measured (host.engine_cgroup" in v.summary, v.summary
+
+
 def test_the_whole_hosts_pressure_is_never_a_verdict() -> None:
     obs = healthy()
     obs = replace(obs, hosts=(replace(obs.hosts[0], pressure={("host", "cpu"): 0.9}),))

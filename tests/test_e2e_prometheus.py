@@ -27,8 +27,11 @@ import pytest
 
 from exporter import metrics
 from exporter.config.load import load_config
+from exporter.config.models import Config
+from exporter.diagnosis.promapi import PromClient
 from exporter.monitoring import generate
 from exporter.monitoring.dashboards import kit
+from exporter.report.checklist import checklist
 from tests.support.e2e_exporter import loopback_clients, loopback_config
 from tests.support.generated import queries, rules_of, substitute
 from tests.support.procs import Proc, free_port, http_get, wait_until
@@ -157,3 +160,24 @@ def test_rules_and_dashboards_on_real_prometheus(
     # The run spanned off-peak and peak time, so both kinds of gated series were fed.
     peak = api(prom, "query", query=f"max({metrics.EXPORTER_PEAK_WINDOW.name})", time=end)
     assert float(peak["result"][0]["value"][1]) == 1
+    gpu_checklist(prom, load_config(config_path), start, end)
+
+
+def gpu_checklist(prom: str, config: Config, start: float, end: float) -> None:
+    """The report's checklist of the fake H200: its link at its widest and fastest, no
+    replay, no XID (a GPU without an XID series has had none), and its memory against the
+    machine's."""
+    rows = {(c.item, c.scope.get("gpu", "")): c
+            for c in checklist(PromClient(prom, 30.0), config, start, end)}
+    for item in ("PCIe lanes at their narrowest, less the maximum",
+                 "PCIe generation at its fastest, less the maximum", "PCIe replays",
+                 "XID errors"):
+        assert (rows[(item, "0")].value, rows[(item, "0")].ok) == (0, True), item
+    span = f"[{round(end - start)}s]"
+    host = api(prom, "query", query=f"max(max_over_time(llm_host_memory_total_bytes{span}))",
+               time=end)["result"]
+    gpu = api(prom, "query", query=f"sum(max_over_time(llm_gpu_memory_total_bytes{span}))",
+              time=end)["result"]
+    ratio = float(host[0]["value"][1]) / float(gpu[0]["value"][1])
+    memory = rows[("system memory over the GPUs' memory", "")]
+    assert memory.value == pytest.approx(ratio) and memory.ok is (ratio >= 2)

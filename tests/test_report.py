@@ -270,6 +270,23 @@ def test_outcomes_goodput_queue_and_long_context(report_lab: dict[str, Any]) -> 
     assert doc["bench"]["summary"]["requests"] == 12
 
 
+def test_the_host_checklist(report_lab: dict[str, Any]) -> None:
+    # This lab has no GPU (tests/test_e2e_prometheus.py checks a GPU's rows).
+    doc, prom, start, end = (report_lab[k] for k in ("doc", "prom", "start", "end"))
+    rows = {c["item"]: c for c in doc["checklist"]}
+    span = f"[{round(end - start)}s] @ {end:.3f}"
+    swapped = scalar(prom, f"sum(increase(llm_host_swap_pages_total{span}))", end)
+    assert near(rows["pages swapped in or out"]["value"], swapped)
+    assert rows["pages swapped in or out"]["ok"] is (swapped is not None and swapped < 1)
+    lowest = scalar(prom, f"min(min_over_time(llm_host_memory_available_bytes{span})) / "
+                          f"max(max_over_time(llm_host_memory_total_bytes{span}))", end)
+    assert near(rows["memory available at its lowest"]["value"], lowest)
+    # No GPU, and no engine cgroup in this config: no row claims what is not measured.
+    assert set(rows) == {"pages swapped in or out", "memory available at its lowest"}
+    md = (report_lab["out"] / "report.md").read_text()
+    assert "## Host and GPU checklist" in md
+
+
 def test_verdicts_of_the_period_have_time_and_evidence(report_lab: dict[str, Any]) -> None:
     episodes = report_lab["doc"]["verdicts"]
     slow = [e for e in episodes if (e["layer"], e["cause"]) == ("engine", "slow_prefill")]
@@ -333,7 +350,7 @@ def shown(text: str) -> float:
     text = re.sub(r" \(one bucket: [^)]*\)$", "", text).replace(",", "")
     if m := re.fullmatch(r"([+-]?[\d.e+-]+) ms", text):
         return float(m[1]) / 1000
-    if m := re.fullmatch(r"([+-]?[\d.e+-]+) ?(s|%|req/s|tok/s)?", text):
+    if m := re.fullmatch(r"([+-]?[\d.e+-]+) ?(%|[a-z/]+)?", text):  # s, req/s, pages, ...
         return float(m[1]) / (100 if m[2] == "%" else 1)
     if m := re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(\d+)?s?", text):
         return int(m[1] or 0) * 3600 + int(m[2] or 0) * 60 + int(m[3] or 0)

@@ -9,6 +9,7 @@ from exporter import redact
 from exporter.config.models import Config
 from exporter.diagnosis.promapi import PromClient
 from exporter.report import sections
+from exporter.report.checklist import checklist
 from exporter.report.collect import Collector
 from exporter.report.model import Bench, Report, Slo, Span
 from exporter.report.period import classes, segments
@@ -51,6 +52,7 @@ def build(client: PromClient, config: Config, start: float, end: float,
         goodput=sections.goodput(col, names, config),
         long_context=sections.long_context(col, names),
         verdicts=episodes(client, config, start, end, step),
+        checklist=checklist(client, config, start, end),
         bench=bench,
     )
 

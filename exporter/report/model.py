@@ -158,6 +158,19 @@ class Episode(_Model):
     evidence: list[str]
 
 
+class Check(_Model):
+    """One row of the host and GPU checklist: on ``scope`` (vantage, and gpu for a GPU's),
+    ``item`` should be ``expected``; it was ``value`` (null: no data), and ``ok`` says
+    whether that holds."""
+
+    scope: dict[str, str]
+    item: str
+    expected: str
+    value: float | None
+    unit: str
+    ok: bool | None
+
+
 class Bench(_Model):
     source: str
     config: dict[str, Any]
@@ -218,5 +231,7 @@ class Report(_Model):
     goodput: list[Goodput]
     long_context: list[LongContext]
     verdicts: list[Episode]
+    #: Empty in reports from before the checklist.
+    checklist: list[Check] = Field(default_factory=list)
     bench: Bench | None = None
     baseline: Baseline | None = None

@@ -261,6 +261,25 @@ def verdicts(r: Report) -> Section:
     return s
 
 
+def checklist(r: Report) -> Section:
+    s = Section("checklist", "Host and GPU checklist",
+                "The field guides' checks over the whole period, per machine and GPU: "
+                "nothing swapped, system memory at least twice the GPUs', the engine's "
+                "tasks did not wait on the host, every PCIe link at its widest and fastest, "
+                "every NVLink up and clean, no XID error. A row without data says what "
+                "is not measured.")
+    t = Table("checks", ["machine", "gpu", "check", "expected", "measured", "result"])
+    for i, c in enumerate(r.checklist):
+        result = {True: Cell("ok", mark="good"), False: Cell("FAILED", mark="bad"),
+                  None: Cell("no data")}[c.ok]
+        t.rows.append([Cell(c.scope.get("vantage") or "this host"),
+                       Cell(c.scope.get("gpu", fmt.DASH)), Cell(c.item), Cell(c.expected),
+                       num(c.value, c.unit, fmt.pointer("checklist", i, "value"),
+                           "bad" if c.ok is False else ""), result])
+    s.tables.append(t)
+    return s
+
+
 def bench(r: Report) -> Section:
     assert r.bench is not None
     b = r.bench
@@ -314,6 +333,8 @@ def baseline(r: Report) -> Section:
 def sections(r: Report) -> list[Section]:
     out = [carriers(r), routes(r), outcomes(r), queue(r), goodput(r), long_context(r),
            verdicts(r)]
+    if r.checklist:
+        out.append(checklist(r))
     if r.bench is not None:
         out.append(bench(r))
     if r.baseline is not None:

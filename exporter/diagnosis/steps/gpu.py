@@ -18,6 +18,7 @@ from exporter.diagnosis.causes import (
 from exporter.diagnosis.observations import GpuWindow
 from exporter.diagnosis.result import Evidence, Step, StepResult
 from exporter.diagnosis.steps.base import Case, EngineState, Finding, Outcome, Standing
+from exporter.diagnosis.steps.host import waited_most
 from exporter.diagnosis.steps.words import pct, strength
 
 MEMORY_RATIO = f"{metrics.GPU_MEMORY_USED.name} / {metrics.GPU_MEMORY_TOTAL.name}"
@@ -49,7 +50,8 @@ def _causes(case: Case, g: GpuWindow, st: EngineState | None,
     if g.utilization is not None:
         e = case.evidence(metrics.GPU_UTILIZATION.name, g.utilization, lab, lines.gpu_underutilized)
         if slow and g.utilization < lines.gpu_underutilized:
-            out.append((UNDERUTILIZED, f"busy only {pct(g.utilization)} of the time", [e],
+            out.append((UNDERUTILIZED, f"busy only {pct(g.utilization)} of the time"
+                        + waited_most(case, g.site), [e],
                         strength(lines.gpu_underutilized, max(g.utilization, 0.01), 0.55)))
         else:
             cleared.append(e)

@@ -19,7 +19,7 @@ MEMORY_AVAILABLE = f"{metrics.HOST_MEMORY_AVAILABLE.name} / {metrics.HOST_MEMORY
 SWAP = f"rate({metrics.HOST_SWAP.name})"
 
 
-def _lines(case: Case) -> tuple[tuple[str, Cause, float, str], ...]:
+def resources(case: Case) -> tuple[tuple[str, Cause, float, str], ...]:
     """(resource, its cause, its line, what a task waits for)."""
     t = case.thresholds
     return (("cpu", CPU_SATURATED, t.host_cpu_pressure, "a CPU"),
@@ -43,6 +43,24 @@ def _extra(case: Case, h: HostWindow, resource: str) -> list[Evidence]:
     return out
 
 
+def waited_most(case: Case, site: str) -> str:
+    """For an idle GPU under a slow engine: which resource the engine's cgroup on ``site``
+    waited for most (the field guides' next place to look), or that the host is not
+    measured. A resource over its line is the host step's own finding, which takes the
+    GPU's verdict over; this says where the time went when none is."""
+    measured = [h for h in case.obs.hosts
+                if not h.vantage and h.site == site and h.engine_measured]
+    if not measured:
+        return ("; the host under it is not measured (host.engine_cgroup or engine_process "
+                "would say whether its CPU, memory or IO holds the engine)")
+    shares = [(h.pressure.get((metrics.ENGINE_SCOPE, r), 0.0), what, line)
+              for h in measured for r, _, line, what in resources(case)]
+    share, what, line = max(shares)
+    return (f"; the engine's cgroup waited most for {what}, {pct(share)} of the window "
+            f"(under its {pct(line)} line): look past the host too, at the network and "
+            "the clients")
+
+
 def _on(case: Case, h: HostWindow) -> list[EngineState]:
     """The engines on this host: those of its site (every engine on a single exporter);
     none on a vantage point's."""
@@ -53,7 +71,7 @@ def _findings(case: Case, h: HostWindow, engines: list[EngineState],
               cleared: list[Evidence]) -> list[Finding]:
     scope_of = metrics.ENGINE_SCOPE  # only the engine's cgroup is judged
     out: list[Finding] = []
-    for resource, cause, line, what in _lines(case):
+    for resource, cause, line, what in resources(case):
         share = h.pressure.get((scope_of, resource))
         if share is None:
             continue

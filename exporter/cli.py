@@ -36,7 +36,7 @@ RUN_EXAMPLES = """examples:
       --log.level debug                      # flags override the server section
   llm-latency-exporter run --config.file config.yaml --web.config.file web.yml
                                              # TLS and basic auth (docs/security.md)
-  llm-latency-exporter                       # same as: run --config ./config.yaml
+  llm-latency-exporter                       # same as: run --config.file ./config.yaml
   kill -HUP $(pidof llm-latency-exporter)    # re-read the config; a bad one is logged and ignored
 """
 
@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llm-latency-exporter",
         description="Prometheus exporter for LLM inference latency: network per carrier, "
         "engine queue vs compute, GPU, and synthetic streaming probes.",
-        epilog="With no subcommand, runs the exporter (run --config ./config.yaml).",
+        epilog="With no subcommand, runs the exporter (run --config.file ./config.yaml).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

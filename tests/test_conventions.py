@@ -164,6 +164,8 @@ def test_every_subcommand_spells_the_config_flag_one_way(command: str) -> None:
                           timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "--config.file FILE, --config FILE" in proc.stdout
+    # Only a running exporter re-reads its web config on SIGHUP.
+    assert ("on SIGHUP" in " ".join(proc.stdout.split())) is (command == "run")
 
 
 def test_check_config_takes_the_flag_or_the_file_once(tmp_path: Path) -> None:

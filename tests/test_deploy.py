@@ -443,6 +443,8 @@ def test_prometheusrule_carries_exactly_the_generated_rules() -> None:
 # --- systemd ---------------------------------------------------------------------------------
 
 UNIT = ROOT / "deploy/systemd/llm-latency-exporter.service"
+#: The drop-in that hands the unit its secrets (LoadCredential=, docs/deploying.md).
+CREDENTIALS = ROOT / "deploy/systemd/credentials.conf.example"
 #: A fleet edge's Prometheus (docs/scaling.md), beside the exporter on a vantage point.
 EDGE_UNIT = ROOT / "deploy/systemd/llm-latency-edge.service"
 
@@ -468,11 +470,15 @@ def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path, path: Path) 
                 shutil.copyfile(unit, units / unit.name)
     (tmp_path / "etc/systemd/system").mkdir(parents=True)
     shutil.copyfile(path, tmp_path / "etc/systemd/system" / path.name)
+    if path == UNIT:  # with its secrets drop-in, as docs/deploying.md installs it
+        dropins = tmp_path / "etc/systemd/system" / f"{path.name}.d"
+        dropins.mkdir()
+        shutil.copyfile(CREDENTIALS, dropins / "credentials.conf")
     result = run(["systemd-analyze", "verify", f"--root={tmp_path}", path.name])
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     # Unknown or misspelt keys are only warnings to systemd; here they fail.
-    assert path.name not in output, output
+    assert path.name not in output and "credentials.conf" not in output, output
 
 
 def test_systemd_unit_hardening() -> None:
@@ -489,6 +495,10 @@ def test_systemd_unit_hardening() -> None:
                 "LockPersonality", "MemoryDenyWriteExecute", "RestrictNamespaces"):
         assert directives[key] == ["yes"], key
     assert directives["ExecReload"][-1] == "/bin/kill -HUP $MAINPID"
+    # What the checks need and the sandbox must leave: netlink for the clients check's
+    # sock_diag, other users' /proc/<pid> for host.engine_process.
+    assert "AF_NETLINK" in directives["RestrictAddressFamilies"][0].split()
+    assert directives.get("ProtectProc", ["default"]) == ["default"]
     # The listener's connection cap is derived from it (docs/security.md).
     assert int(directives["LimitNOFILE"][0]) >= 4096
 

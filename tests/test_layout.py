@@ -119,3 +119,15 @@ def test_nothing_reads_outside_the_repository() -> None:
             if any(name in text for name in OUTSIDE):
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+def test_the_users_diagnosis_doc_is_read_in_minutes() -> None:
+    # The chain for users; the lab, the generator and the internals are in docs/dev/.
+    assert len((ROOT / "docs" / "diagnosis.md").read_text().splitlines()) <= 250
+
+
+def test_running_it_for_real_leads_to_the_deployment_guide() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Running it for real", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/deploying.md)" in section
+    assert (ROOT / "docs" / "deploying.md").is_file()

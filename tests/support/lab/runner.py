@@ -30,7 +30,7 @@ from exporter import metrics
 from exporter.checks.engine.table import rows_for_engine
 from exporter.config.load import load_config
 from exporter.config.values import format_duration, parse_duration
-from exporter.diagnosis.causes import BY_KEY, CLIENT_TIMEOUTS
+from exporter.diagnosis.causes import BY_KEY, CLIENT_TIMEOUTS, FRONTEND
 from exporter.monitoring import findings, generate
 from tests.support.cgroups import CpuCap, Pod
 from tests.support.lab.base import NetRun
@@ -272,8 +272,9 @@ class LabRun(NetRun):
             raise LabError(f"vllm: a warm-up request failed: {exc}") from None
 
     def engine_at_its_niceness(self) -> None:
-        """A real engine whose scenario needs it at its light-load speed (no verdict, or
-        the clients' own timeouts, whose premise is an engine answering in time) runs its
+        """A real engine whose scenario needs it at its light-load speed (no verdict, the
+        clients' own timeouts, whose premise is an engine answering in time, or its API
+        server starved while the engine core is not) runs its
         engine core and worker ahead of the tier's other load: its SLOs are set for the CPUs
         it gets alone, and at a light load it takes little of them (CI at eb99541: at the
         tier's busy start, vLLM's own TTFT P95 1.9 s for a mean prefill of 122 ms in
@@ -281,7 +282,7 @@ class LabRun(NetRun):
         scenario slows it stays at the tests' niceness: saturated ahead of them, it would
         hold the other tests' CPUs for minutes (its API server stays ahead, start_engine())."""
         assert self.sim is not None
-        light = all((e.layer, e.cause) == (CLIENT_TIMEOUTS.layer, CLIENT_TIMEOUTS.name)
+        light = all(BY_KEY.get((e.layer, e.cause)) in (CLIENT_TIMEOUTS, FRONTEND)
                     for e in self.scenario.expect)
         children_at(self.sim.pid, FOREGROUND_NICE if light else 0)
 

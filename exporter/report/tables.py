@@ -266,8 +266,8 @@ def checklist(r: Report) -> Section:
                 "The field guides' checks over the whole period, per machine and GPU: "
                 "nothing swapped, system memory at least twice the GPUs', the engine's "
                 "tasks did not wait on the host, every PCIe link at its widest and fastest, "
-                "every NVLink up and clean, no XID error. A row without data says what "
-                "is not measured.")
+                "every NVLink up and clean, no XID error. A check with nothing measured (no "
+                "GPU, no engine cgroup) has no row.")
     t = Table("checks", ["machine", "gpu", "check", "expected", "measured", "result"])
     for i, c in enumerate(r.checklist):
         result = {True: Cell("ok", mark="good"), False: Cell("FAILED", mark="bad"),

@@ -84,12 +84,13 @@ test-fast: install-test
 test-parts: install-test system-deps
 	$(call tier,parts,$(PARTS_WORKERS),--durations=25)
 
-# The whole suite, one tier after the other so the CPU-bound one has the cores to itself;
-# both always run, and either failing fails the build.
+# The whole suite, one tier after the other so the CPU-bound one has the cores to itself
+# and the real vLLM runs on a quiet machine; all always run, and any failing fails the build.
 pytest: install-test system-deps
 	@status=0; \
 	$(call tier,fast,$(FAST_WORKERS)) || status=1; \
 	$(call tier,parts,$(PARTS_WORKERS),--durations=25) || status=1; \
+	$(call tier,vllm,1,--durations=10) || status=1; \
 	exit $$status
 
 test: lint typecheck pytest
@@ -115,8 +116,8 @@ $(VLLM_VENV)/.installed-$(VLLM_VERSION): | check-python
 
 vllm-env: $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
-test-vllm: install-test vllm-env
-	$(BIN)/pytest -m vllm
+test-vllm: install-test system-deps vllm-env
+	$(call tier,vllm,1,--durations=10)
 
 # Refresh the committed rules, Alertmanager template and dashboards after changing
 # config.example.yaml or exporter/monitoring/ (a test fails while stale).

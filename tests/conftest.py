@@ -31,9 +31,9 @@ T = TypeVar("T")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--tier", choices=("fast", "parts"), default=None,
-                     help="fast: only tests needing none of the tier markers; parts: the "
-                          "others (tests/support/tiers.py)")
+    parser.addoption("--tier", choices=tiers.TIERS, default=None,
+                     help="fast: only tests needing none of the tier markers; vllm: those "
+                          "of the real vLLM; parts: the others (tests/support/tiers.py)")
 
 
 # First: pytest-xdist's own hook reads the xdist_group markers this one adds.

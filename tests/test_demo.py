@@ -117,12 +117,8 @@ def primary(doc: dict[str, object]) -> tuple[str, str] | None:
 @pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("burners", [
     pytest.param(0, id="idle"),
-    # Spinning on every core, in the real vLLM's group (run before or after it, never
-    # beside it): the real engine's scenarios are set for the CPUs a loaded tier leaves, not
-    # for none (CI at bc4e835: its healthy TTFT P95 2.35 s, its frontend scenario's engine
-    # core as slow as the API server it was to be told apart from).
-    pytest.param(max(2, os.cpu_count() or 1), id="cpu-load",
-                 marks=pytest.mark.xdist_group("vllm"))])
+    # Spinning on every core (the real vLLM, which would feel it, runs in a tier after).
+    pytest.param(max(2, os.cpu_count() or 1), id="cpu-load")])
 def test_demo_page_shows_tiles_then_the_fault_verdict_without_a_reload(
         simulator: StartSimulator, tmp_path: Path, browser: BrowserSession, burners: int) -> None:
     with cpu_burners(burners) as spinning:
@@ -186,11 +182,15 @@ def walkthrough(simulator: StartSimulator, tmp_path: Path, browser: BrowserSessi
                 injected = time.monotonic()
                 page.wait_for_selector("#verdict", timeout=WITHIN_S * 1000)
                 took = time.monotonic() - injected
-            assert page.evaluate("window.notReloaded") is True, "the page reloaded itself"
             shown = page.text_content("#verdict") or ""
             doc = diagnosis(base)
-            ttft = page.get_attribute(".tile[data-name=chat] [data-metric=ttft_p95]",
-                                      "data-value") or "nan"
+            # The probe's TTFT tile follows, still without a reload: over the demo's 1 s SLO.
+            # Not at once: the engine's own metrics can carry the verdict before the probe
+            # has finished a request under the fault (CI at ec9d5a9: the tile read 0.098 s).
+            page.wait_for_function(
+                "Number(document.querySelector('.tile[data-name=chat] "
+                "[data-metric=ttft_p95]')?.dataset.value) >= 1.0", timeout=WITHIN_S * 1000)
+            assert page.evaluate("window.notReloaded") is True, "the page reloaded itself"
             tab.screenshot("demo-fault")
             assert not tab.problems, tab.problems
             sim.faults(**{k: 0 for k in readme_fault()})
@@ -207,5 +207,3 @@ def walkthrough(simulator: StartSimulator, tmp_path: Path, browser: BrowserSessi
     assert primary(doc) == ("engine", "slow_prefill"), doc
     assert seen and set(seen) <= {None, ("engine", "slow_prefill")}, seen
     assert shown.startswith("engine / slow_prefill: "), shown
-    # The probe's TTFT tile changed with it: over the demo's 1 s SLO.
-    assert float(ttft) >= 1.0, ttft

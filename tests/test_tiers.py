@@ -3,13 +3,14 @@ uses, and a test that starts a part without its marker fails before the part sta
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.support import tiers
+from tests.support import ROOT, tiers
 from tests.support.prometheus import PromCli
 
 
@@ -22,6 +23,20 @@ def test_a_fixture_gives_the_test_its_markers(request: pytest.FixtureRequest,
 
 def test_a_test_without_a_marker_is_fast(request: pytest.FixtureRequest) -> None:
     assert tiers.tier_of(request.node) == "fast"
+
+
+def test_the_real_vllm_is_a_tier_of_its_own(request: pytest.FixtureRequest) -> None:
+    # Marked while running, so this test itself stays in the fast tier.
+    request.node.add_marker("slow")
+    assert tiers.tier_of(request.node) == "parts"
+    request.node.add_marker("vllm")
+    assert tiers.tier_of(request.node) == "vllm"
+
+
+def test_make_test_runs_every_tier_in_order() -> None:
+    # The real vLLM last, once the labs are over (the machine quiet).
+    target = ROOT.joinpath("Makefile").read_text().split("\npytest:", 1)[1].split("\n\n")[0]
+    assert re.findall(r"\$\(call tier,(\w+),", target) == list(tiers.TIERS)
 
 
 @pytest.mark.parametrize(("argv", "need"), [

@@ -19,7 +19,8 @@ started by the test process (a fixture, a helper or the test itself) while the r
 lacks the program's marker raises, so a tier cannot drift from what its tests really start.
 Programs a child process starts (``exporter stack up`` starting Prometheus) are out of the
 hook's sight: their tests use a fixture that says so. The fast tier (``make test-fast``) is
-every test with none of these markers.
+every test with none of these markers; the real vLLM's tests are a tier of their own
+(:func:`tier_of`).
 """
 
 from __future__ import annotations
@@ -123,8 +124,17 @@ def longest_first(items: list[pytest.Item]) -> None:
     items[:] = [item for tests in sorted(modules.values(), key=key) for item in tests]
 
 
+#: The tiers in the order ``make test`` runs them.
+TIERS = ("fast", "parts", "vllm")
+
+
 def tier_of(item: pytest.Item) -> str:
-    """``fast`` for a test needing none of the parts and no long wait, else ``parts``."""
+    """``fast`` for a test needing none of the parts and no long wait; ``vllm`` for one of
+    the real vLLM, which runs alone (on 2 cores beside the other labs its prefill took
+    0.4-36 s by the load around it, and the scenarios' timings meant nothing); else
+    ``parts``."""
+    if item.get_closest_marker("vllm"):
+        return "vllm"
     return "parts" if any(item.get_closest_marker(m) for m in MARKERS) else "fast"
 
 

@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages the test suite drives for real (promtool, Prometheus, Alertmanager, netns).
 # systemd: systemd-analyze verifies the unit in deploy/systemd.
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager iproute2 nftables systemd chromium openssl victoria-metrics
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager prometheus-node-exporter iproute2 nftables systemd chromium openssl victoria-metrics
 DEMO_CONFIG ?= deploy/demo.yaml
 # The demo's ports; the config's simulator port follows SIM_PORT (make run SIM_PORT=8801).
 SIM_PORT ?= 8800

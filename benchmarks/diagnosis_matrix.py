@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from tests.support.lab.generate import generate, write
+from tests.support.lab.generate import KINDS, generate, write
 from tests.support.lab.runner import LabError, match, run_scenario
 from tests.support.lab.scenario import SOURCES, Scenario, load_scenario
 from tests.support.netlab import lab_unavailable
@@ -174,12 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the whole report as JSON here")
     ap.add_argument("--keep", type=Path, help="write the scenario files here (else a temp dir)")
     ap.add_argument("--only", help="run only these indices of the generated list (1,5,9)")
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="the knobs the singles and doubles turn (host,link); all by default")
     ap.add_argument("--rescore", type=Path,
                     help="score the runs of an earlier --json again (same --seed and --n)")
     args = ap.parse_args(argv)
     if args.rescore:
         earlier = json.loads(args.rescore.read_text(encoding="utf-8"))
-        scenarios = generate(earlier["seed"], earlier["generated"])
+        scenarios = generate(earlier["seed"], earlier["generated"],
+                             tuple(earlier.get("kinds", KINDS)))
         if earlier["only"]:
             scenarios = [scenarios[int(i)] for i in earlier["only"].split(",")]
         earlier["sources"] = {s: tally(scenarios, earlier["runs"], s) for s in earlier["sources"]}
@@ -188,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the lab cannot run here: {why}", file=sys.stderr)
         return 2
     sources = tuple(s for s in args.sources.split(",") if s)
-    scenarios = generate(args.seed, args.n)
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    try:
+        scenarios = generate(args.seed, args.n, kinds)
+    except ValueError as exc:
+        print(f"error: --kinds: {exc}", file=sys.stderr)
+        return 2
     if args.only:
         scenarios = [scenarios[int(i)] for i in args.only.split(",")]
     folder = args.keep or Path(tempfile.mkdtemp(prefix="lle-matrix-files-"))
@@ -214,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     report = {
         "date": dt.date.today().isoformat(), "command": command, "seed": args.seed,
-        "n": len(scenarios), "generated": args.n, "only": args.only,
+        "n": len(scenarios), "generated": args.n, "only": args.only, "kinds": list(kinds),
         "wall_minutes": round((time.monotonic() - started) / 60, 1),
         "sources": {s: tally(scenarios, runs, s) for s in sources},
         "runs": runs,

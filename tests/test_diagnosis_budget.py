@@ -189,6 +189,26 @@ def test_a_queue_behind_a_prefix_cache_miss_is_the_miss_s() -> None:
                          [verdict])
 
 
+def test_the_queue_a_miss_forms_counts_against_the_api_servers_part() -> None:
+    # A real vLLM saturated by a missed 1,800-token prefix (CI at f38e254): prefill grew
+    # 1.74 s and each request waited 2.12 s before the engine queued it, its API server at
+    # 0.02 of a core; the queue behind the miss, 2.5 s more, is the miss's, so it holds
+    # more of the first token than the API server's part and is the cause.
+    saturated = {**MISSED, "frontend_mean": 2.12, "prefill_mean": 2.0, "prefill_mean_baseline":
+                 0.26, "queue_mean": 2.5, "queue_seconds": 600.0, "waiting": 4.3,
+                 "process_cpu": 0.02}
+    doc = diagnose(all_probes(with_engine(healthy(), **saturated), ttft_p95=20.0,
+                              ttft_mean=6.0))
+    causes = [v.cause for v in doc.verdicts]
+    assert causes[0] == "prefix_cache_miss" and "frontend" not in causes, render(doc)
+    assert "requests queue 2.5 s behind it; that is 4.24 s of the" in doc.verdicts[0].summary
+    # Without the queue the API server's 2.12 s is more than the miss's 1.74 s.
+    alone = diagnose(all_probes(with_engine(healthy(), **{**saturated, "queue_mean": 0.1,
+                                                           "queue_seconds": 1.0}),
+                                ttft_p95=20.0, ttft_mean=6.0))
+    assert [v.cause for v in alone.verdicts][:1] == ["frontend"], render(alone)
+
+
 def test_a_layer_the_config_leaves_out_is_not_a_blind_step_and_the_budget_says_where() -> None:
     # The engine's parts are all under their lines and no GPU is configured: the 850 ms
     # the client waited beyond them sits between the client and the engine's clock.

@@ -588,6 +588,17 @@ def test_a_starved_host_takes_over_the_engine_split_and_the_idle_gpu() -> None:
     assert {s.step: s.result for s in d.steps}["host"] == "implicated"
 
 
+def test_memory_pressure_takes_over_the_io_its_refaults_cause() -> None:
+    slow = all_probes(with_engine(healthy(), ttft_p95=2.0), **SLOW_ALL)
+    d = diagnose(with_host(slow, memory=0.3, io=0.45))
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("host", "memory_pressure")], render(d)
+    resources = {e.labels.get("resource") for e in d.verdicts[0].evidence}
+    assert {"memory", "io"} <= resources, d.verdicts[0].evidence
+    # IO waits without memory's are IO's own.
+    d = diagnose(with_host(slow, memory=0.02, io=0.45))
+    assert [(v.layer, v.cause) for v in d.verdicts] == [("host", "io_pressure")], render(d)
+
+
 def test_the_host_of_a_probe_only_vantage_point_is_not_the_engines() -> None:
     obs = healthy()
     obs = replace(obs, hosts=(replace(obs.hosts[0], vantage="sh-telecom",

@@ -16,7 +16,7 @@ from exporter import metrics
 from exporter.checks.host import procfs
 from exporter.checks.host.check import HostCheck, build
 from exporter.config.models import Config, HostConfig
-from tests.support.cgroups import Group, v2_root
+from tests.support.cgroups import Group, Pod, v2_root
 
 PSI = ("some avg10=10.93 avg60=12.29 avg300=37.65 total=7943692408\n"
        "full avg10=0.00 avg60=0.00 avg300=0.00 total=1500000\n")
@@ -116,17 +116,61 @@ def test_on_by_default_on_linux_off_when_disabled() -> None:
     assert build(Config.model_validate({"host": {"enabled": False}})) == []
 
 
+def need_cgroups() -> None:
+    if sys.platform != "linux" or os.geteuid() != 0 or v2_root() is None:
+        reason = "needs Linux, root and a cgroup v2 hierarchy"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
+def stalls(check: HostCheck, key: tuple[str, tuple[str, ...]], at_least: float) -> float:
+    """Seconds of ``key``'s stall counted while reading until ``at_least`` (a minute at
+    most: on a machine other tests keep busy, a nice 19 hog may wait its turn)."""
+    first = _run(check)
+    deadline = time.monotonic() + 60
+    while True:
+        time.sleep(0.5)
+        stalled = _run(check)[key] - first[key]
+        if stalled > at_least or time.monotonic() > deadline:
+            return stalled
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resource", ["memory", "io"])
+def test_the_labs_memory_and_io_hogs_stall_the_pod_as_the_kernel_counts(
+        resource: str, tmp_path: Path) -> None:
+    """The lab's ``memory_hog`` (a working set four times its memory limit, no swap) and
+    ``io_hog`` (direct reads under a read-rate cap) beside a sleeping engine: the kernel
+    counts their waits in the pod's pressure, which the host check reads."""
+    need_cgroups()
+    engine = subprocess.Popen(["sleep", "300"])
+    pod = None
+    try:
+        pod = Pod(engine.pid, f"llepod{os.getpid()}")
+        if resource == "memory":
+            pod.memory_hog(tmp_path / "hog", 64 << 20)
+        else:
+            pod.io_hog(tmp_path / "hog")
+        check = HostCheck(HostConfig(engine_cgroup=pod.name))
+        stalled = stalls(check, ("llm_host_pressure_seconds_total",
+                                 ("engine", resource, "some")), 1.0)
+    finally:
+        if pod is not None:
+            pod.release()
+        engine.kill()
+        engine.wait()
+    assert stalled > 1.0, stalled
+    assert pod is not None and not pod.path.exists()
+
+
 @pytest.mark.slow
 def test_busy_loops_outnumbering_the_cpus_stall_the_engines_cgroup() -> None:
     """Real pressure: one busy loop more than the host has CPUs, at the lowest priority so
     the machine stays usable, in a v2 group of their own: at every moment one of them waits
     for a CPU, which the kernel counts in the group's cpu.pressure (``some``); the host check
     reads that and the group's CPU from cpu.stat."""
-    if sys.platform != "linux" or os.geteuid() != 0 or v2_root() is None:
-        reason = "needs Linux, root and a cgroup v2 hierarchy"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true: {reason}", pytrace=False)
-        pytest.skip(reason)
+    need_cgroups()
     loops = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
              for _ in range((os.cpu_count() or 1) + 1)]
     group = None

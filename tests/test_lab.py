@@ -421,7 +421,8 @@ COVERED = {
     "healthy-seed1", "healthy-seed2", "healthy-seed3", "loss-mobile", "rtt-budget",
     "overload", "long-prompts", "slow-decode", "small-kv-cache", "stalls-network",
     "rate-limited", "engine-down", "gpu-thermal", "route-change", "loss-and-overload",
-    "engine-metrics-failing",
+    "engine-metrics-failing", "host-cpu-hog", "host-memory-pressure", "host-io-pressure",
+    "host-clean", "gpu-pcie-x8",
 }
 
 
@@ -433,12 +434,12 @@ def test_scenario_files_load_cover_the_issue_and_fit_ci() -> None:
         assert scenarios[f"healthy-seed{i}"].seed == i and not scenarios[f"healthy-seed{i}"].expect
     combo = scenarios["loss-and-overload"].expect
     assert [(e.layer, e.cause) for e in combo] == [("engine", "queueing"), ("network", "packet_loss")]
-    # Their serial sum (lab start and cleanup take ~10 s each run): 1,700 s with the
-    # thirty of today. Each scenario lab is an xdist group of its own in the parts tier,
+    # Their serial sum (lab start and cleanup take ~10 s each run): 1,850 s with the
+    # thirty-three of today. Each scenario lab is an xdist group of its own in the parts tier,
     # so up to six run beside each other there and add far less than this sum to CI's wall
     # time (docs/architecture.md, "Measured"); the bound keeps the set short.
     total = sum(s.baseline + s.settle + 10 for s in scenarios.values())
-    assert total < 30 * 60, total
+    assert total < 32 * 60, total
     now = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
     targets = {c: f"198.18.{10 + i}.1" for i, c in enumerate(CARRIERS)}
     import yaml
@@ -478,6 +479,9 @@ def test_the_host_check_reads_only_the_engines_cgroup_a_scenario_loads() -> None
                                    "host": {"cpu_hog": 3}})
     config = parse_config(yaml.safe_dump(exporter_config(hog, targets, now, None, "/lab-engine")))
     assert config.host.enabled and config.host.engine_cgroup == "/lab-engine"
+    sized = Scenario.model_validate({"description": "x", "settle": "1s", "expect": [],
+                                     "host": {"memory_hog": "128Mi", "io_hog": True}})
+    assert sized.host is not None and sized.host.memory_hog == 128 << 20
 
 
 @pytest.mark.parametrize(("text", "error"), [
@@ -485,7 +489,13 @@ def test_the_host_check_reads_only_the_engines_cgroup_a_scenario_loads() -> None
     ("description: x\nsettle: ten\nexpect: []\n", "settle (line 2): expected a duration"),
     ("description: x\nsettle: 1s\npaths: {sprint: {}}\nexpect: []\n", "paths.sprint"),
     ("description: x\nsettle: 1s\nhost: {cpu_hog: 1}\nexpect: []\n", "host.cpu_hog (line 3)"),
-    ("description: x\nsettle: 1s\nhost: {io_hog: true}\nexpect: []\n", "host.io_hog (line 3)"),
+    ("description: x\nsettle: 1s\nhost: {io_hog: often}\nexpect: []\n", "host.io_hog (line 3)"),
+    ("description: x\nsettle: 1s\nhost: {memory_hog: 128MB}\nexpect: []\n",
+     "host.memory_hog (line 3): a size like 128Mi"),
+    ("description: x\nsettle: 1s\nhost: {memory_hog: 16Mi}\nexpect: []\n",
+     "host.memory_hog (line 3): at least 64Mi"),
+    ("description: x\nsettle: 1s\nhost: {memory_hog: 2Gi}\nexpect: []\n",
+     "host.memory_hog (line 3)"),
     ("description: x\nsettle: 1s\npaths: {mobile: {hops: [nowhere]}}\nexpect: []\n",
      "paths.mobile.hops (line 3): 'nowhere' is neither"),
     ("description: x\nsettle: 1s\nsimulator: {faults: {stal: 1}}\nexpect: []\n",

@@ -17,21 +17,24 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
+from exporter.config.models import Config
+from exporter.diagnosis.promapi import PromClient
 from exporter.report import stats, tables
+from exporter.report.checklist import checklist
 from exporter.report.model import Report
 from exporter.report.routes import timeline
 from exporter.report.tables import segments
 from tests.support.browser import BrowserSession
 from tests.support.e2e_exporter import loopback_clients, loopback_config
 from tests.support.procs import Proc, exporter_cmd, free_port, http_get, wait_until
-from tests.support.prometheus import api, scrape_config, start_prometheus
+from tests.support.prometheus import Prometheus, api, require, scrape_config, start_prometheus
 from tests.support.simulator import running_simulator
 from tests.support.tiers import needs, sleep_until
 
@@ -285,6 +288,34 @@ def test_the_host_checklist(report_lab: dict[str, Any]) -> None:
     assert set(rows) == {"pages swapped in or out", "memory available at its lowest"}
     md = (report_lab["out"] / "report.md").read_text()
     assert "## Host and GPU checklist" in md
+
+
+def test_the_host_rows_read_node_exporter_where_the_host_check_is_off(
+        prometheus: Callable[..., Prometheus], spawn: Callable[..., Proc]) -> None:
+    """A real node_exporter (meminfo and vmstat) and no exporter of ours: the checklist's
+    host-wide rows are node_exporter's numbers."""
+    require("prometheus-node-exporter")
+    port = free_port()
+    spawn(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
+           "--collector.disable-defaults", "--collector.meminfo", "--collector.vmstat"])
+    wait_until(lambda: http_get(f"http://127.0.0.1:{port}/metrics")[0] == 200, timeout=30,
+               what="node_exporter ready")
+    prom = prometheus(scrape_config(port))
+    start = time.time()
+    # Three scrapes of the swap counters: an increase over them.
+    wait_until(lambda: (scalar(prom.url, "count_over_time(node_vmstat_pswpin[1m])",
+                               time.time()) or 0) >= 3, timeout=30, what="three scrapes")
+    end = time.time()
+    rows = {c.item: c for c in checklist(PromClient(prom.url), Config(), start, end)}
+    assert set(rows) == {"pages swapped in or out", "memory available at its lowest"}, rows
+    span = f"[{max(60, round(end - start))}s] @ {end:.3f}"
+    swapped = scalar(prom.url, f"sum(increase(node_vmstat_pswpin{span})) + "
+                               f"sum(increase(node_vmstat_pswpout{span}))", end)
+    lowest = scalar(prom.url, f"min(min_over_time(node_memory_MemAvailable_bytes{span})) / "
+                              f"max(max_over_time(node_memory_MemTotal_bytes{span}))", end)
+    assert swapped is not None and near(rows["pages swapped in or out"].value, swapped)
+    assert lowest is not None and near(rows["memory available at its lowest"].value, lowest)
+    assert rows["memory available at its lowest"].scope == {"vantage": ""}
 
 
 def test_verdicts_of_the_period_have_time_and_evidence(report_lab: dict[str, Any]) -> None:

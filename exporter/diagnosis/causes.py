@@ -258,7 +258,7 @@ PREFIX_CACHE_MISS = Cause(
     absorbs=(SLOW_PREFILL, SLOW_DECODE, QUEUEING), pages=("LLMEnginePrefixCacheMiss",),
     answers=("LLMEngineFrontendBound",),
     thresholds=("diagnosis.prefix_hit_min", "diagnosis.drift_ratio"),
-    parts=(BudgetPart.PREFILL,))
+    parts=(BudgetPart.QUEUE, BudgetPart.PREFILL))
 SPEC_DECODE = Cause(
     "engine", "spec_decode",
     "speculative decoding's draft tokens are accepted less, so each step yields fewer tokens",
@@ -351,9 +351,10 @@ INTERCONNECT = Cause(
 STARVED = (SLOW_PREFILL, SLOW_DECODE, QUEUEING, FRONTEND, UNDERUTILIZED)
 
 
-def _host(name: str, waits: str, page: str, key: str, actions: tuple[str, ...]) -> Cause:
+def _host(name: str, waits: str, page: str, key: str, actions: tuple[str, ...],
+          absorbs: tuple[Cause, ...] = ()) -> Cause:
     return Cause("host", name, f"the engine's tasks wait for {waits} (PSI some over its line)",
-                 COMPUTE, TIMEOUT, actions, absorbs=STARVED, pages=(page,),
+                 COMPUTE, TIMEOUT, actions, absorbs=(*STARVED, *absorbs), pages=(page,),
                  thresholds=(f"alerting.host_{key}_pressure_ratio",),
                  parts=(BudgetPart.FRONTEND, BudgetPart.QUEUE, BudgetPart.PREFILL))
 
@@ -364,17 +365,19 @@ CPU_SATURATED = _host("cpu_saturated", "a CPU", "LLMHostCPUPressure", "cpu", (
     "(cpuset, Kubernetes' static CPU manager).",
     "Check the engine's own CPU quota (cpu.max, a container's CPU limit): a limit under "
     "what its API server and scheduler need throttles them."))
-MEMORY_PRESSURE = _host("memory_pressure", "memory: reclaim, swap-in, refaults",
-                        "LLMHostMemoryPressure", "memory", (
-    "Check memory available and swap (free -m, vmstat 1: si/so): system memory should be "
-    "2-4x GPU memory so nothing swaps; stop what else holds memory on the host.",
-    "Check the engine's own memory limit (memory.max / memory.high, a container's limit): "
-    "near it, the kernel reclaims the engine's pages."))
 IO_PRESSURE = _host("io_pressure", "IO", "LLMHostIOPressure", "io", (
     "Find who uses the disks (iotop, pidstat -d): checkpoints, logs, a model download, "
     "swap; move them off the engine's disks.",
     "Check the engine's own IO limit (io.max) and whether it reads models or KV from a "
     "slow or network disk."))
+MEMORY_PRESSURE = _host("memory_pressure", "memory: reclaim, swap-in, refaults",
+                        "LLMHostMemoryPressure", "memory", (
+    "Check memory available and swap (free -m, vmstat 1: si/so): system memory should be "
+    "2-4x GPU memory so nothing swaps; stop what else holds memory on the host.",
+    "Check the engine's own memory limit (memory.max / memory.high, a container's limit): "
+    "near it, the kernel reclaims the engine's pages."),
+    # A working set over its memory is read back as it is evicted: the IO is memory's.
+    absorbs=(IO_PRESSURE,))
 HOST_CAUSES = (CPU_SATURATED, MEMORY_PRESSURE, IO_PRESSURE)
 
 # --- application --------------------------------------------------------------------------

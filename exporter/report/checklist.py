@@ -1,7 +1,8 @@
 """The field guides' host and GPU checklist over the period, per machine (vantage) and GPU:
 nothing swapped, system memory at least twice the GPUs', the engine's tasks did not wait on
 the host, every PCIe link at its widest and fastest, every NVLink up and clean, no XID
-error. One row a check: what it should be, what it was, and whether it held."""
+error. One row a check: what it should be, what it was, and whether it held. The host-wide
+rows read node_exporter's series where the exporter's host check is off."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ PRESSURE_SPAN = "5m"
 #: How finely the worst stretch is looked for.
 PRESSURE_STEP = "1m"
 GPU = (VANTAGE, "gpu")
+#: node_exporter's names for the host-wide numbers, read where the host check is off and
+#: node_exporter runs (its job labelled with the exporter's vantage, where there are several).
+NODE_EXPORTER = {metrics.HOST_MEMORY_TOTAL.name: "node_memory_MemTotal_bytes",
+                 metrics.HOST_MEMORY_AVAILABLE.name: "node_memory_MemAvailable_bytes"}
+NODE_EXPORTER_SWAP = ("node_vmstat_pswpin", "node_vmstat_pswpout")
 
 
 def _by(labels: tuple[str, ...]) -> str:
@@ -42,19 +48,28 @@ def checklist(client: PromClient, config: Config, start: float, end: float) -> l
                       ok=None if s.value is None else holds(s.value))
                 for s in sorted(found, key=lambda s: [s.labels.get(k, "") for k in labels])]
 
+    def host(agg: str, over: str, family: str) -> str:
+        """``agg by (vantage) (over(family[span]))``, else node_exporter's equivalent."""
+        ours, theirs = (f"{agg} by ({VANTAGE}) ({over}({name}[{span}]))"
+                        for name in (family, NODE_EXPORTER[family]))
+        return f"({ours}\nor\n{theirs})"
+
     alerting = config.alerting
     pressure = metrics.HOST_PRESSURE.name
     engine = f'scope="{metrics.ENGINE_SCOPE}",kind="{metrics.PRESSURE_KINDS[0]}"'
-    out = rows(f"sum by ({VANTAGE}) (increase({metrics.HOST_SWAP.name}[{span}]))",
+    swap = metrics.HOST_SWAP.name
+    out = rows(f"sum by ({VANTAGE}) (increase({swap}[{span}]))\nor\n"
+               + "\n+\n".join(f"sum by ({VANTAGE}) (increase({name}[{span}]))"
+                               for name in NODE_EXPORTER_SWAP),
                "pages swapped in or out", "0", "pages", lambda v: v < 1)
+    total = host("max", "max_over_time", metrics.HOST_MEMORY_TOTAL.name)
     out += rows(
-        f"max by ({VANTAGE}) (max_over_time({metrics.HOST_MEMORY_TOTAL.name}[{span}]))\n/\n"
+        f"{total}\n/\n"
         f"sum by ({VANTAGE}) (max_over_time({metrics.GPU_MEMORY_TOTAL.name}[{span}]))",
         "system memory over the GPUs' memory", f"at least {MEMORY_PER_GPU_MEMORY:g}x", "x",
         lambda v: v >= MEMORY_PER_GPU_MEMORY)
     out += rows(
-        f"min by ({VANTAGE}) (min_over_time({metrics.HOST_MEMORY_AVAILABLE.name}[{span}]))\n"
-        f"/\nmax by ({VANTAGE}) (max_over_time({metrics.HOST_MEMORY_TOTAL.name}[{span}]))",
+        f"{host('min', 'min_over_time', metrics.HOST_MEMORY_AVAILABLE.name)}\n/\n{total}",
         "memory available at its lowest", "over 10%", "ratio", lambda v: v > 0.1)
     for resource, line in (("cpu", alerting.host_cpu_pressure_ratio),
                            ("memory", alerting.host_memory_pressure_ratio),

@@ -42,7 +42,8 @@ MARKERS = ("netns", "prometheus", "browser", "vllm", "slow")
 PROGRAMS = {
     "prometheus": "prometheus", "promtool": "prometheus", "amtool": "prometheus",
     "prometheus-alertmanager": "prometheus", "alertmanager": "prometheus",
-    "victoria-metrics": "prometheus", "chromium": "browser",
+    "victoria-metrics": "prometheus", "prometheus-node-exporter": "prometheus",
+    "chromium": "browser",
 }
 VLLM_VENV = ROOT / ".venv-vllm"
 #: Playwright's driver, which starts Chromium on the test's behalf.

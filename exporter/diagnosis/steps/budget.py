@@ -66,9 +66,10 @@ def accounts(part: float, over: float | None) -> str:
 def first_token(case: Case, st: EngineState, lab: dict[str, str]) -> list[Why]:
     """The parts of the engine's first token over their own lines, each a cause: a prefill
     the prefix cache no longer spares, and the larger of the API server and a KV handover.
-    The prefix cache's takes the API server's over where it holds more seconds: a request
-    waits out the longer prefill steps before the engine queues it, which reads as
-    API-server time (its number joins the miss's evidence). The most seconds first; []
+    The prefix cache's takes the API server's over where it holds more seconds (the longer
+    prefill and the queue that forms behind it): a request waits out the longer prefill
+    steps before the engine queues it, which reads as API-server time (its number joins
+    the miss's evidence). The most seconds first; []
     when no part is over its line."""
     e, lines, slo = st.engine, case.thresholds, st.slo_ttft
     over = over_first(st)
@@ -128,11 +129,18 @@ def _prefix(case: Case, st: EngineState, lab: dict[str, str], over: float | None
         return None
     ev = [case.evidence(PREFIX_HITS, hit, lab, hit_base / drift, hit_base),
           case.evidence(PREFILL_MEAN, prefill, lab, prefill_base * drift, prefill_base)]
+    # Each request holds the engine longer, so a queue forms behind it (the cause takes
+    # the queue over): its seconds are the miss's too.
+    total, queue = e.engine_seconds, e.queue_seconds
+    queued = (e.queue_mean or 0.0) if total and queue is not None and \
+        queue / total > case.thresholds.queue_share else 0.0
+    behind = f", and requests queue {secs(queued)} behind it" if queued else ""
+    grown = prefill - prefill_base + queued
     return Why(PREFIX_CACHE_MISS, f"Engine {e.engine}'s prefix cache hits {pct(hit)} of "
                f"prompt tokens (off-peak {pct(hit_base)}), so prefill takes {secs(prefill)} "
-               f"per request, {prefill / prefill_base:.1f}x its off-peak"
-               f"{accounts(prefill - prefill_base, over)}", ev,
-               strength(hit_base, max(hit, 0.01) * drift), prefill - prefill_base)
+               f"per request, {prefill / prefill_base:.1f}x its off-peak{behind}"
+               f"{accounts(grown, over)}", ev,
+               strength(hit_base, max(hit, 0.01) * drift), grown)
 
 
 def stream(case: Case, st: EngineState, lab: dict[str, str]) -> Why | None:

@@ -89,7 +89,13 @@ def _findings(case: Case, h: HostWindow, engines: list[EngineState],
                            headline, [e, *_extra(case, h, resource)], strength(share, line, 0.7),
                            tuple(p for st in engines for p in st.probes),
                            Standing.OVER_LINE))
-    return out
+    # One resource's waits can be another's doing (Cause.absorbs): a working set over its
+    # memory is read back from disk as it is evicted, and the kernel counts both.
+    for f in out:
+        for other in out:
+            if other.cause in f.cause.absorbs and not other.taken_over:
+                f.absorb(other)
+    return [f for f in out if not f.taken_over]
 
 
 def evaluate(case: Case) -> Outcome:

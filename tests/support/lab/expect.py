@@ -735,6 +735,8 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], sick: list[Sick], f
         causes.append("memory_full")
     if slow and exact(g.utilization, th.gpu_underutilized, False):
         causes.append("underutilized")
+    if slow and (g.pcie_width < Gpu().pcie_width or g.nvlink_down or g.nvlink_replays):
+        causes.append("interconnect")  # GPU 0's links; alone they explain nothing
     if decode and exact(g.dram_bw, th.dram_bandwidth, True):
         causes.append("memory_bandwidth")
     if len(causes) > 1:
@@ -756,7 +758,8 @@ def gpu(lab: Lab, found: list[Found], scope: dict[str, str], sick: list[Sick], f
                   felt=felt)
         f.claim()
         return [*kept, f]
-    return [*kept, Found("gpu", cause, dict(scope), frozenset(), frozenset(), [], own=True,
+    where = {**scope, "gpu": "0"} if cause == "interconnect" else dict(scope)
+    return [*kept, Found("gpu", cause, where, frozenset(), frozenset(), [], own=True,
                          felt=felt)]
 
 
@@ -876,12 +879,35 @@ def peak_alone(s: Scenario) -> bool:
             and not s.probes.timeouts and (s.baseline_load or BASELINE_LOAD) == s.load)
 
 
+def hogs(s: Scenario) -> list[str]:
+    """The host causes of the hogs a scenario starts beside the engine."""
+    h = s.host
+    if h is None:
+        return []
+    return [cause for cause, on in (("cpu_saturated", h.cpu_hog), ("memory_pressure",
+                                    h.memory_hog), ("io_pressure", h.io_hog)) if on]
+
+
+def host(lab: Lab, name: str) -> list[dict[str, object]]:
+    """A hog beside an engine that meets its SLOs without it: its pressure's verdict, a
+    page of its own. One kind of hog (two are ordered by strength), the rest of the
+    scenario expecting nothing (a host verdict takes the engine's split over; what a
+    probe then feels of a slowed engine is not modelled)."""
+    causes = hogs(lab.scenario)
+    rest = Lab(lab.scenario.model_copy(update={"host": None}), lab.config, lab.th)
+    if len(causes) > 1 or expected(rest):
+        raise Ambiguous
+    return [{"layer": "host", "cause": causes[0], "scope": {"engine": name}}]
+
+
 def expected(lab: Lab) -> list[dict[str, object]]:
     """The verdicts the chain should give, primary first; [] for healthy. Raises Ambiguous
     (or Unexplained) when the knobs do not decide it with the margins above."""
     name = lab.config.engines[0].name
     if lab.scenario.peak and not peak_alone(lab.scenario):
         raise Ambiguous
+    if hogs(lab.scenario):
+        return host(lab, name)
     # The first token's budget beyond queue and prefill, decided alone (budget.py builds
     # on this module's bounds, hence imported here).
     from tests.support.lab import budget

@@ -267,6 +267,34 @@ def gpu_xid(rng: random.Random, spec: Spec) -> None:
         rng.choice((eng_decode, eng_first_token))(rng, spec)
 
 
+def gpu_link(rng: random.Random, spec: Spec) -> None:
+    """GPU 0's links: PCIe trained narrower than x16, NVLinks down, or link 0 replaying;
+    with a slower engine most of the time (alone, a link explains nothing)."""
+    gpu = _nested(spec, "gpu")
+    which = rng.choice(("pcie_width", "nvlink_down", "nvlink_replays"))
+    if which == "pcie_width":
+        gpu[which] = rng.choice((1, 2, 4, 8))
+    elif which == "nvlink_down":
+        gpu[which] = rng.randint(1, 6)
+    else:
+        gpu[which] = _round(rng.uniform(0.5, 50), 1)
+    if rng.random() < 0.8:
+        rng.choice((eng_decode, eng_first_token))(rng, spec)
+
+
+def host_hog(rng: random.Random, spec: Spec) -> None:
+    """One kind of hog in the engine's cgroup (tests/support/cgroups.py) beside the lab's
+    usual load."""
+    spec["host"] = rng.choice(({"cpu_hog": rng.randint(2, 8)},
+                               {"memory_hog": f"{rng.choice((64, 96, 128, 192, 256))}Mi"},
+                               {"io_hog": True}))
+
+
+def host_clean(rng: random.Random, spec: Spec) -> None:
+    """The engine alone in a cgroup of its own, which the host check reads."""
+    spec["host"] = {}
+
+
 def app_rate_limit(rng: random.Random, spec: Spec) -> None:
     _nested(spec, "simulator", "faults")["rate_limit_rate"] = _round(rng.uniform(0, 0.5))
 
@@ -393,7 +421,7 @@ OTHER: dict[str, Callable[..., None]] = {
     "rate_limit": app_rate_limit, "timeouts": app_timeouts, "load": app_load,
     "long_prompts": app_long_prompts, "frontend": eng_frontend, "concurrency": app_concurrency,
     "kv_transfer": eng_kv_transfer, "prefix": eng_prefix, "spec": eng_spec,
-    "metrics_error": eng_metrics_error}
+    "metrics_error": eng_metrics_error, "link": gpu_link, "host": host_hog}
 #: Which knobs may pair with a network fault in a double (an engine that is down fails
 #: every probe, whatever the path; a preempting KV cache leaves the probes' TPOT
 #: unbounded, and two data-parallel ranks are modelled only for their imbalance, so the
@@ -401,7 +429,7 @@ OTHER: dict[str, Callable[..., None]] = {
 KINDS = (*NETWORK, *OTHER)
 PAIRS = tuple(k for k in OTHER if k not in ("down", "kv", "imbalance", "frontend",
                                              "kv_transfer", "prefix", "spec", "concurrency",
-                                             "metrics_error"))
+                                             "metrics_error", "host"))
 
 
 def _slos(rng: random.Random, spec: Spec) -> None:
@@ -443,38 +471,44 @@ def _build(spec: Spec, description: str) -> Scenario:
     return Scenario.model_validate(data)
 
 
-def _plan(rng: random.Random, intent: str, kind: str | None = None) -> list[tuple[str, str]]:
+def _plan(rng: random.Random, intent: str, kind: str | None = None,
+          pairs: tuple[str, ...] = PAIRS) -> list[tuple[str, str]]:
     """The knobs one scenario turns: (knob, carrier or ""); a single turns ``kind`` where
-    given."""
+    given, a double one of ``pairs`` beside a network knob."""
     def net(kinds: tuple[str, ...] = tuple(NETWORK)) -> tuple[str, str]:
         return rng.choice(kinds), rng.choice(CARRIERS)
 
     if intent == "double":
-        return [net(NET_PAIRS), (rng.choice(PAIRS), "")]
+        return [net(NET_PAIRS), (rng.choice(pairs), "")]
     if intent == "single" or rng.random() < 0.5:
         kind = kind or rng.choice(KINDS)
         return [net((kind,))] if kind in NETWORK else [(kind, "")]
-    # Healthy: up to three carriers' knobs turned below their lines.
+    # Healthy: up to three carriers' knobs turned below their lines, the host check on a
+    # quarter of the time.
     return [(rng.choice(("delay", "jitter", "loss", "stall")), c)
-            for c in rng.sample(CARRIERS, rng.randint(1, 3))]
+            for c in rng.sample(CARRIERS, rng.randint(1, 3))] + (
+        [("host_clean", "")] if rng.random() < 0.25 else [])
 
 
 def _turn(rng: random.Random, spec: Spec, kind: str, carrier: str, th: Thresholds) -> None:
     if kind in NETWORK:
         args = (rng, spec, carrier, th) if kind == "route" else (rng, spec, carrier)
         NETWORK[kind](*args)
+    elif kind == "host_clean":
+        host_clean(rng, spec)
     else:
         OTHER[kind](rng, spec, th) if kind.startswith("gpu") else OTHER[kind](rng, spec)
 
 
-def draw(rng: random.Random, intent: str, seed: int, kind: str | None = None) -> Scenario:
+def draw(rng: random.Random, intent: str, seed: int, kind: str | None = None,
+         pairs: tuple[str, ...] = PAIRS) -> Scenario:
     """One scenario of ``intent`` ("healthy", "single" or "double"). The knobs are chosen
     first and their values drawn again until decided, so a knob that is seldom decided is
     not crowded out by one that always is; a single tries ``kind`` first where given."""
     default_th = lab_of(_build({}, "")).th
     want = {"healthy": 0, "single": 1, "double": 2}[intent]
     for attempt in range(TRIES // PER_PLAN):
-        plan = _plan(rng, intent, kind if attempt == 0 else None)
+        plan = _plan(rng, intent, kind if attempt == 0 else None, pairs)
         for _ in range(PER_PLAN):
             spec: Spec = {"seed": seed}
             _slos(rng, spec)
@@ -494,10 +528,15 @@ def draw(rng: random.Random, intent: str, seed: int, kind: str | None = None) ->
     raise RuntimeError(f"no decided {intent} scenario in {TRIES} draws")
 
 
-def generate(seed: int, n: int) -> list[Scenario]:
+def generate(seed: int, n: int, kinds: tuple[str, ...] = KINDS) -> list[Scenario]:
     """``n`` scenarios: a quarter healthy, the rest single and double faults. The singles
-    take every knob in turn (a shuffled round, then another), so each class is drawn
-    once per round of singles rather than by luck."""
+    take every knob of ``kinds`` in turn (a shuffled round, then another), so each class is
+    drawn once per round of singles rather than by luck; the doubles pair a network knob
+    with one of ``kinds`` (with any, where none of them pairs)."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown knobs {sorted(unknown)}; known: {', '.join(KINDS)}")
+    pairs = tuple(k for k in PAIRS if k in kinds) or PAIRS
     rng = random.Random(seed)
     intents = ["healthy", "single", "single", "double"]
     out: list[Scenario] = []
@@ -505,8 +544,9 @@ def generate(seed: int, n: int) -> list[Scenario]:
     for i in range(n):
         intent = intents[i % len(intents)]
         if intent == "single" and not turn:
-            turn = rng.sample(KINDS, len(KINDS))
-        out.append(draw(rng, intent, seed * 1000 + i, turn.pop() if intent == "single" else None))
+            turn = rng.sample(kinds, len(kinds))
+        out.append(draw(rng, intent, seed * 1000 + i,
+                        turn.pop() if intent == "single" else None, pairs))
     return out
 
 

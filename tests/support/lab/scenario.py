@@ -253,6 +253,26 @@ class Host(StrictModel):
     #: (tests/support/cgroups.py): more loops than the cap runs, so some always wait; 0,
     #: the engine in its group alone (the host check reading a clean engine).
     cpu_hog: Literal[0, 2, 3, 4, 5, 6, 7, 8] = 0
+    #: A reader cycling through a file of this size (``64Mi`` to ``1Gi``) under a memory
+    #: limit of a quarter of it: its pages are evicted and read back, which the kernel
+    #: counts as memory stalls (no swap needed). Bytes; 0, none.
+    memory_hog: Annotated[int, Field(ge=0, le=1 << 30)] = 0
+    #: A reader bypassing the page cache at a read rate the kernel caps (4 MiB/s): IO waits.
+    io_hog: bool = False
+
+    @field_validator("memory_hog", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        size = value
+        if isinstance(value, str):
+            units = {"Mi": 1 << 20, "Gi": 1 << 30}
+            number, unit = value[:-2], value[-2:]
+            if unit not in units or not number.isdigit():
+                raise ValueError(f"a size like 128Mi or 1Gi, not {value!r}")
+            size = int(number) * units[unit]
+        if isinstance(size, int) and 0 < size < 64 << 20:
+            raise ValueError(f"at least 64Mi (its limit a quarter of it), not {value}")
+        return size
 
 
 class Probes(StrictModel):

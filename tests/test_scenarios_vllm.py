@@ -66,8 +66,9 @@ def test_the_folder_covers_the_issue_on_one_engine() -> None:
         config = parse_config(yaml.safe_dump(exporter_config(s, targets, dt.datetime.now(dt.UTC))))
         assert {p.model for p in config.probes} == {VLLM_MODEL}, name
         assert [e.name for e in config.engines] == ["vllm"], name
-    # One start (~1-2 min on 2 cores) and ~20 s of lab per scenario beside its own time.
-    assert sum(s.baseline + s.settle + 20 for s in scenarios.values()) < 10 * 60
+    # One start (~1-2 min on 2 cores) and ~20 s of lab per scenario beside its own time
+    # (the vllm tier runs them alone: 8.3 min for 590 s of this sum in CI at d694359).
+    assert sum(s.baseline + s.settle + 20 for s in scenarios.values()) < 11 * 60
 
 
 def verdicts(diagnosis: dict[str, Any]) -> list[tuple[str, str, str]]:

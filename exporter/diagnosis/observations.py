@@ -358,6 +358,13 @@ class EngineWindow:
             return None
         return sum(p for p in parts if p is not None)
 
+    @property
+    def queue_share(self) -> float | None:
+        """The share of the engine's time its requests spent queued (LLMEngineCapacityBound's
+        number): None where its time is unknown or none."""
+        total = self.engine_seconds
+        return None if not total or self.queue_seconds is None else self.queue_seconds / total
+
 
 @dataclass(frozen=True)
 class GpuWindow:

@@ -215,8 +215,7 @@ class Pod:
     def io_hog(self, file: Path) -> None:
         """A reader of ``file`` (written here) bypassing the page cache, its disk's reads
         capped at HOG_IO_BPS."""
-        write_file(file, 16 * HOG_IO_BPS)
-        disk = disk_of(file)
+        disk = write_file(file, 16 * HOG_IO_BPS)
         self._hogs("io", hog_argv("io", file), 1,
                    ({"io.max": f"{disk} rbps={HOG_IO_BPS}"},
                     {"blkio.throttle.read_bps_device": f"{disk} {HOG_IO_BPS}"}))
@@ -246,13 +245,15 @@ def hog_argv(kind: str, file: Path) -> list[str]:
     return [sys.executable, "-m", "tests.support.hogs", kind, str(file)]
 
 
-def write_file(file: Path, size: int) -> None:
+def write_file(file: Path, size: int) -> str:
     """``size`` bytes (whole MiB) of ``file``, on a disk: synced, so that the hog can drop
-    the pages the write left in the page cache (charged to the test) and read them back."""
-    disk_of(file.parent)
+    the pages the write left in the page cache (charged to the test) and read them back.
+    The disk's ``MAJ:MIN``."""
+    disk = disk_of(file.parent)
     block = os.urandom(1 << 20)
     with file.open("wb") as out:
         for _ in range(-(-size // len(block))):
             out.write(block)
         out.flush()
         os.fsync(out.fileno())
+    return disk

@@ -131,9 +131,9 @@ def _prefix(case: Case, st: EngineState, lab: dict[str, str], over: float | None
           case.evidence(PREFILL_MEAN, prefill, lab, prefill_base * drift, prefill_base)]
     # Each request holds the engine longer, so a queue forms behind it (the cause takes
     # the queue over): its seconds are the miss's too.
-    total, queue = e.engine_seconds, e.queue_seconds
-    queued = (e.queue_mean or 0.0) if total and queue is not None and \
-        queue / total > case.thresholds.queue_share else 0.0
+    share = e.queue_share
+    queued = (e.queue_mean or 0.0) if share is not None and \
+        share > case.thresholds.queue_share else 0.0
     behind = f", and requests queue {secs(queued)} behind it" if queued else ""
     grown = prefill - prefill_base + queued
     return Why(PREFIX_CACHE_MISS, f"Engine {e.engine}'s prefix cache hits {pct(hit)} of "

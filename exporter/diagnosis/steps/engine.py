@@ -109,15 +109,14 @@ def _findings(case: Case, st: EngineState, cleared: list[Evidence],
     if not known and exact is None:
         return (out or None) if st.slow else out
     # LLMEngineCapacityBound's condition: the engine's own histograms, over all requests.
-    capacity = known and e.queue_seconds is not None and total is not None and \
-        e.queue_seconds / total > lines.queue_share
+    capacity = known and e.queue_share is not None and e.queue_share > lines.queue_share
     if exact is not None:
         # The engine's own timing of the symptomatic probes' requests: how much of their
         # first token they spent queued, exactly, rather than the engine-wide share.
         share, q = exact
     else:
-        assert e.queue_seconds is not None and total is not None
-        share = e.queue_seconds / total
+        assert e.queue_share is not None
+        share = e.queue_share
         q = case.evidence(QUEUE_SHARE, share, lab, lines.queue_share)
     if share > lines.queue_share:
         ev = [q]

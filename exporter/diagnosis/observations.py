@@ -359,11 +359,9 @@ class EngineWindow:
         return sum(p for p in parts if p is not None)
 
     @property
-    def queue_share(self) -> float | None:
-        """The share of the engine's time its requests spent queued (LLMEngineCapacityBound's
-        number): None where its time is unknown or none."""
-        total = self.engine_seconds
-        return None if not total or self.queue_seconds is None else self.queue_seconds / total
+    def queue_share(self) -> float | None:  # queued share of its time: the capacity alert's
+        total, queued = self.engine_seconds, self.queue_seconds
+        return None if not total or queued is None else queued / total
 
 
 @dataclass(frozen=True)
